@@ -126,6 +126,8 @@ SHUTTING_DOWN = (
     b'closed); send it again", "type": "service_unavailable", "code": 503}}'
 )
 """The 503's body for a request in flight when the proxy's shutdown came, in the OpenAI error shape."""
+DRAIN_S = 2.0
+"""How long the shutdown lets a client read what is buffered for it (the 503, an earlier pipelined answer)."""
 
 
 class Responder(asyncio.Protocol):
@@ -360,18 +362,15 @@ class Responder(asyncio.Protocol):
         self._keep_alive = False
         transport = self._transport
         if transport is not None and not self.lost:
-            # A client that reads nothing (an earlier pipelined answer still buffered) gets no 503 and is aborted:
-            # close() would wait for the buffer to drain, and from Python 3.12 the server's wait_closed() with it.
-            if not transport.get_write_buffer_size():
-                head = (
-                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                    b"connection: close\r\n\r\n" % len(SHUTTING_DOWN)
-                )
-                transport.write(head if self._head_only else head + SHUTTING_DOWN)
-            if transport.get_write_buffer_size():
-                transport.abort()
-            else:
-                transport.close()
+            head = (
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n" % len(SHUTTING_DOWN)
+            )
+            transport.write(head if self._head_only else head + SHUTTING_DOWN)  # after any pipelined answer, in order
+            transport.close()
+            # close() waits for the client to read what is buffered; one that reads nothing would hold the proxy
+            # (from Python 3.12 the server's wait_closed() waits for every connection): cut after DRAIN_S.
+            asyncio.get_running_loop().call_later(DRAIN_S, transport.abort)
         if self._task is not None:
             self._task.cancel()
 

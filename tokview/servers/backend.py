@@ -91,6 +91,9 @@ class Backend(ABC):
     kwargs_take_tools: ClassVar[bool] = True
     """`chat_template_kwargs` may carry `tools` (vLLM merges them over its own); SGLang's chat endpoint passes the
     request's tools beside them, and a `tools` kwarg fails every request ("multiple values for keyword argument")."""
+    refuses_unparsed_tools: ClassVar[bool] = False
+    """Started without a tool parser, it refuses a request with tools (vLLM: HTTP 400) rather than answer it unparsed
+    (SGLang renders the tools and returns the calls as text): an answer without `tool_calls` is then the parser's."""
     context_reserve: ClassVar[int] = 0
     """Ids of the context a request's prompt + max tokens must leave unused: SGLang refuses a total that reaches its
     context length (`>=`, HTTP 400), vLLM only one past it."""

@@ -64,8 +64,10 @@ async def probe(doc: DoctorContext, *, tools: bool, stream: bool) -> Proxied:
 
 def refused_tools(whole: Proxied, chat_answered: bool) -> bool:
     """Whether the server refused the tool probe for its tools: a plain chat request went through, this one got the
-    status of a refused field."""
-    return whole.capture is None and chat_answered and whole.status in REFUSED_STATUSES
+    status of a refused field, and the server's words name tools (a prompt past the context is a 400 too)."""
+    return (
+        whole.capture is None and chat_answered and whole.status in REFUSED_STATUSES and "tool" in whole.error.lower()
+    )
 
 
 def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None:
@@ -98,13 +100,16 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
         return
     n_ids, n_field = len(on_ids.calls), len(returned)
     where = f" at output[{on_ids.sections[0][0]}:{on_ids.sections[-1][1]}]" if on_ids.sections else ""
-    if cap.finish_reason == "length":
+    cut_in_call = on_ids.found and (not on_ids.calls or not on_ids.calls[-1].closed)
+    if cap.finish_reason == "length" and (cut_in_call or not on_ids.found):
         doc.add(
             "skip",
             TOOLS_TITLE,
             f"the answer reached the probe's {doc.settings['max_new_tokens']}-token limit "
             f"{'inside its call' if on_ids.found else 'before any call'}: nothing to judge",
-            "a thinking model may reason past it: run doctor with --no-thinking" if doc.profile.has_reasoning else "",
+            "a thinking model may reason past it: run doctor with --no-thinking"
+            if doc.profile.has_reasoning and doc.settings.get("thinking") is not False
+            else "",
         )
     elif not n_ids and not n_field:
         doc.add(
@@ -122,12 +127,21 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
             + ("" if doc.tokenizer is not None else ", or --profile is not the served model's"),
             "train on ids only where they hold the calls; upgrade the server",
         )
+    elif not n_field and doc.choice is not None and doc.choice.chat.refuses_unparsed_tools:
+        doc.add(  # this server refuses tools it has no parser for: it has one, and that one missed the call
+            "fail",
+            TOOLS_TITLE,
+            f"the parser returned no tool_calls for the {_calls(n_ids)} the ids hold{where}: a harness never runs "
+            "the tool",
+            f"check the server's tool parser ({_flags(doc)}); train on ids, never on `tool_calls`",
+        )
     elif not n_field:
+        server = doc.choice.chat.server_name if doc.choice is not None else "a server"
         doc.add(
             "warn",
             TOOLS_TITLE,
             f"the server returned no tool_calls for the {_calls(n_ids)} the ids hold{where}: it runs no tool parser "
-            "(SGLang without --tool-call-parser answers so), or its parser missed them",
+            f"({server} without --tool-call-parser answers so), or its parser missed them",
             f"for agent traces, and a harness with tools behind tokview proxy, start the server with {_flags(doc)}; "
             "prompts without tools need none",
         )
@@ -171,6 +185,9 @@ def _flags(doc: DoctorContext) -> str:
 
 
 def check_stream(doc: DoctorContext, whole: Proxied, streamed: Proxied, tools: bool) -> None:
+    if doc.choice is None:
+        doc.add("skip", STREAM_TITLE, "skipped: the server kind is unknown")
+        return
     if whole.capture is None:
         why = "it carried no ids (see Token-id fields)" if whole.no_ids else whole.error
         doc.add("skip", STREAM_TITLE, f"skipped: the unstreamed request failed: {why}")
@@ -188,58 +205,92 @@ def check_stream(doc: DoctorContext, whole: Proxied, streamed: Proxied, tools: b
             doc.add("skip", STREAM_TITLE, f"skipped: the streamed request failed: {streamed.error}")
         return
     a, b = whole.capture, streamed.capture
-    what = "a streamed answer with a tool call" if tools and a.tool_calls else "a streamed answer"
+    what = "a streamed answer with a tool call" if tools and (a.tool_calls or b.tool_calls) else "a streamed answer"
     problems = _stream_problems(doc, a, b)
     if not problems:
         doc.add("ok", STREAM_TITLE, f"{what} records the same {len(a.output_ids)} ids as the unstreamed one")
         return
-    status = "fail" if any(server for server, _ in problems) else "warn"
+    ids_fault = any(kind == IDS_FAULT for kind, _ in problems)
+    status = "fail" if ids_fault or any(kind == CALLS_FAULT for kind, _ in problems) else "warn"
     doc.add(
         status,
         STREAM_TITLE,
         f"{what}: " + "; ".join(said for _, said in problems),
-        "upgrade the server (vLLM before #27482 sent no chunk for an id that gives no text); until then have the "
-        "harness call unstreamed (stream: false) on tool turns"
+        "upgrade the server; until then have a harness call unstreamed (stream: false) on tool turns: the proxy "
+        "records what the stream carried"
+        if ids_fault
+        else "report it to the server's project: a streaming harness runs other tools than the answer's ids call"
         if status == "fail"
         else "greedy sampling may not repeat here: compare a recorded streamed turn's ids with its text",
     )
 
 
-def _stream_problems(doc: DoctorContext, a: Capture, b: Capture) -> list[tuple[bool, str]]:
-    """What differs between the unstreamed capture `a` and the streamed `b`, each with whether it is the server's
-    doing for sure (True) or may be sampling that does not repeat (False)."""
-    problems: list[tuple[bool, str]] = []
+IDS_FAULT, CALLS_FAULT, MAYBE_SAMPLING = "ids", "calls", "sampling"
+"""What a difference between a streamed and an unstreamed answer says: the stream's ids are not the answer's (lost,
+added, reordered: no sampling does that), its tool_calls are not its ids' calls, or the two answers went apart at
+one point and on (a server whose greedy sampling does not repeat does that too)."""
+
+
+def _stream_problems(doc: DoctorContext, a: Capture, b: Capture) -> list[tuple[str, str]]:
+    """What differs between the unstreamed capture `a` and the streamed `b`, each with its kind (IDS_FAULT, ...)."""
+    problems: list[tuple[str, str]] = []
     if a.prompt_ids != b.prompt_ids:
-        problems.append((True, f"its prompt ids differ ({len(b.prompt_ids)} vs {len(a.prompt_ids)})"))
+        problems.append((IDS_FAULT, f"its prompt ids differ ({len(b.prompt_ids)} vs {len(a.prompt_ids)})"))
     full, got = list(a.output_ids), list(b.output_ids)
-    missing, extra = Counter(full) - Counter(got), Counter(got) - Counter(full)
-    if full == got:
-        pass
-    elif a.prompt_ids and got[: len(a.prompt_ids)] == list(a.prompt_ids) and got[len(a.prompt_ids) :] == full:
-        problems.append((True, f"its output ids begin with the prompt's {len(a.prompt_ids)} ids"))
-    elif not extra and _in_order(got, full):
-        lost = sorted(missing, key=lambda t: (not _special(doc, t), t))
-        said = ", ".join(_named(doc, t) for t in lost[:NAMED_MAX])
-        more = f" and {len(lost) - NAMED_MAX} more" if len(lost) > NAMED_MAX else ""
-        problems.append(
-            (
-                True,
-                f"it lost {sum(missing.values())} of the {len(full)} output ids ({len(lost)} distinct: {said}{more}): "
-                "a streaming harness behind tokview proxy records its turns without them",
-            )
-        )
-    else:
-        at = next((i for i, (x, y) in enumerate(zip(full, got, strict=False)) if x != y), min(len(full), len(got)))
-        problems.append((False, f"its output ids differ from output[{at}] ({len(got)} vs {len(full)} ids)"))
+    if full != got:
+        problems.append(_ids_difference(doc, list(a.prompt_ids), full, got))
     if _calls_said(a.tool_calls) != _calls_said(b.tool_calls):
+        kind = MAYBE_SAMPLING if problems and problems[-1][0] == MAYBE_SAMPLING else CALLS_FAULT
+        if kind == CALLS_FAULT and _calls_match_ids(doc, b) and not _calls_match_ids(doc, a):
+            return problems  # the stream's calls are its ids' and the whole answer's are not: the tool check says so
         problems.append(
             (
-                True,
-                f"its tool_calls differ ({_calls(len(b.tool_calls or []))} vs {_calls(len(a.tool_calls or []))}): "
-                "a streaming harness runs other tools",
+                kind,
+                f"its tool_calls differ: {_calls_text(b.tool_calls)} where the unstreamed answer has "
+                f"{_calls_text(a.tool_calls)}",
             )
         )
     return problems
+
+
+def _ids_difference(doc: DoctorContext, prompt: list[int], full: list[int], got: list[int]) -> tuple[str, str]:
+    missing, extra = Counter(full) - Counter(got), Counter(got) - Counter(full)
+    if not extra and _in_order(got, full):
+        return IDS_FAULT, (
+            f"it lost {sum(missing.values())} of the {len(full)} output ids ({_distinct(doc, missing)}): a streaming "
+            "harness behind tokview proxy records its turns without them"
+        )
+    if not missing and _in_order(full, got):
+        echoed = next((k for k in range(len(got) - len(full), 0, -1) if prompt[-k:] == got[:k]), 0)
+        if echoed and got[echoed:] == full:
+            return IDS_FAULT, f"its output ids begin with the prompt's last {echoed} ids"
+        return IDS_FAULT, f"it added {sum(extra.values())} output ids ({_distinct(doc, extra)})"
+    if not missing and not extra:
+        at = next(i for i, (x, y) in enumerate(zip(full, got, strict=True)) if x != y)
+        return IDS_FAULT, f"its output ids are the same ids in another order from output[{at}]"
+    at = next((i for i, (x, y) in enumerate(zip(full, got, strict=False)) if x != y), min(len(full), len(got)))
+    return MAYBE_SAMPLING, f"its output ids differ from output[{at}] ({len(got)} vs {len(full)} ids)"
+
+
+def _distinct(doc: DoctorContext, counts: Counter[int]) -> str:
+    ids = sorted(counts, key=lambda t: (not _special(doc, t), t))
+    more = f" and {len(ids) - NAMED_MAX} more" if len(ids) > NAMED_MAX else ""
+    return f"{len(ids)} distinct: " + ", ".join(_named(doc, t) for t in ids[:NAMED_MAX]) + more
+
+
+def _calls_match_ids(doc: DoctorContext, cap: Capture) -> bool:
+    """Whether the capture's tool_calls are as many as the calls its ids hold."""
+    on_ids = tool_calls_of(cap.output_ids, doc.profile, doc.tokenizer, [WEATHER_TOOL])
+    return on_ids is not None and len(on_ids.calls) == len(cap.tool_calls or [])
+
+
+def _calls_text(calls: list[dict[str, Any]] | None) -> str:
+    """`get_weather({"city": "Paris"})`, each call cut at CALL_SHOWN characters; `no call`."""
+    said = [f"{name}({arguments})" for name, arguments in _calls_said(calls)]
+    return ", ".join(s if len(s) <= CALL_SHOWN else s[: CALL_SHOWN - 1] + "…" for s in said) or "no call"
+
+
+CALL_SHOWN = 60
 
 
 def _calls_said(calls: list[dict[str, Any]] | None) -> list[tuple[object, str]]:

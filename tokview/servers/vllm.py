@@ -282,6 +282,7 @@ class VllmChat(ChatBackend):
     server = "vllm"
     server_name = "vLLM"
     recorded_as = "vllm-chat"
+    refuses_unparsed_tools = True  # "auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = self._body(client, info, call)
