@@ -682,3 +682,19 @@ def test_a_threshold_that_leaves_everything_out_says_why(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.endswith("1 with no target score (run `tokview score` first)"), err
+
+
+def test_an_export_whose_sidecars_are_another_exports_is_refused_and_leaves_them(store, tmp_path):
+    """`t2.json` and `t2.jsonl` share `t2.manifest.json` and `t2.token_freq.json`: the second export replaced the
+    first one's manifest (and deleted its SpecForge template) while its data stayed, described by the wrong
+    manifest. It is refused; once the first export's data is gone its sidecars are no one's and are replaced."""
+    _export(store, "specforge", tmp_path / "t2.json")
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("t2.*")}
+    assert {"t2.json", "t2.manifest.json", "t2.specforge_template.json"} <= set(before)
+    with pytest.raises(ExportError, match=r"t2\.manifest\.json beside it describes t2\.json, another export"):
+        _export(store, "speculators", tmp_path / "t2.jsonl")
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("t2.*")} == before
+    _export(store, "specforge", tmp_path / "t2.json")  # the same export again replaces its own files
+    (tmp_path / "t2.json").unlink()
+    _export(store, "speculators", tmp_path / "t2.jsonl")
+    assert json.loads((tmp_path / "t2.manifest.json").read_text())["data"] == "t2.jsonl"

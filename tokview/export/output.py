@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -199,6 +200,24 @@ def add_sidecar(plan: Plan, key: str, suffix: str) -> Target | None:
     target = Target(through_links(path))
     plan.sidecars[key] = target
     return target
+
+
+def refuse_another_exports_sidecars(plan: Plan) -> None:
+    """Refuse an `--out` whose sidecars are another export's: `t2.json` and `t2.jsonl` share `t2.manifest.json`, so
+    the second export replaced the first one's manifest and token counts (and deleted its SpecForge template) while
+    its data stayed, now described by the wrong manifest. A manifest whose data file is gone is no one's."""
+    if plan.sidecar_dir is None or plan.sidecar_stem is None:
+        return
+    manifest = plan.sidecar_dir / f"{plan.sidecar_stem}.manifest.json"
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, AttributeError):
+        return  # none, unreadable, or not a manifest of ours: replaced as before
+    if isinstance(data, str) and data != plan.name and "/" not in data and (plan.sidecar_dir / data).is_file():
+        raise OutputError(
+            f"--out {plan.name}: {manifest.name} beside it describes {data}, another export whose sidecars share the "
+            f"name {plan.sidecar_stem}; choose another --out (or remove {data} and its sidecars)"
+        )
 
 
 def _pid_alive(pid: int) -> bool:

@@ -41,6 +41,7 @@ from tokview.export.output import (
     make_temps,
     open_stream,
     plan_output,
+    refuse_another_exports_sidecars,
 )
 from tokview.export.registry import (
     ERRORS,
@@ -203,6 +204,7 @@ def export(
             if side not in form.sidecars:
                 forget_sidecar(plan, side.suffix)
         _refuse_the_store(plan, Path(store.path))
+        refuse_another_exports_sidecars(plan)
     except OutputError as exc:
         raise ExportError(str(exc)) from None
     clean_stale_partials(plan)
