@@ -49,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
             for k, src in enumerate(args.sources):
                 try:
                     added = store.merge(src)
-                except TokviewError:
+                except TokviewError as exc:
                     if made and k == 0:  # refused before anything landed: no empty store left behind
                         _remove_if_empty(store, into)
+                    _say_the_others(exc, args.sources, k)
                     raise
                 _say(added, src, args.into)
     except (StoreError, SchemaError) as exc:  # the store layer words the flag to change as every other command's: --db
@@ -61,6 +62,19 @@ def run(args: argparse.Namespace) -> int:
         exc.args = (exc.message,)
         raise
     return 0
+
+
+def _say_the_others(exc: TokviewError, sources: list[Path], k: int) -> None:
+    """Add to the refusal of source `k` what happened to the others: the stores before it stay merged, the ones after
+    it were not tried (a merge of three that stopped at the second said nothing of the third)."""
+    if len(sources) == 1:
+        return
+    before, after = [str(s) for s in sources[:k]], [str(s) for s in sources[k + 1 :]]
+    said = f"merged before it (kept): {', '.join(before)}" if before else "nothing merged"
+    if after:
+        said += f"; not tried after it: {', '.join(after)}"
+    exc.message = f"{exc.message}; {said}"
+    exc.args = (exc.message,)
 
 
 def _remove_if_empty(store: Store, path: Path) -> None:
