@@ -50,8 +50,11 @@ def test_reject_approve_tag_untag_and_note_from_the_shell(db, capsys):
     assert review(db, "--finding", "truncated", "--reject", "cut short", capsys=capsys) == (
         "rejected 0 of 3 selected samples (3 already rejected)"
     )
-    with pytest.raises(UserError, match="3 of the 9 selected samples have error findings.*--override"):
+    # A bare --approve would overturn the 3 rejections: --status says whether that is meant.
+    with pytest.raises(UserError, match=r"3 of the 9 selected samples are rejected .*overturns that verdict.*--status"):
         review(db, "--approve")
+    with pytest.raises(UserError, match="3 of the 3 selected samples have error findings.*--override"):
+        review(db, "--status", "rejected", "--approve")
     assert review(db, "--status", "pending", "--approve", capsys=capsys) == "approved 6 of 6 selected samples"
     assert review(db, "--search", "TAKE 1", "--tag", "Sky", capsys=capsys) == "tagged 1 of 1 selected sample"
     assert review(db, "--search", "sky", "--tag", "sky", capsys=capsys) == (
@@ -317,3 +320,11 @@ def test_repeated_tags_are_each_honoured_and_a_repeated_one_value_flag_is_refuse
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1, err
         assert err.startswith(f"tokview: error: review: {flag} given twice: one value per review"), err
+
+
+def test_a_bare_reject_does_not_overturn_approvals_unless_status_says_so(db, capsys):
+    assert review(db, "--status", "valid", "--approve", capsys=capsys) == "approved 6 of 6 selected samples"
+    with pytest.raises(UserError, match=r"6 of the 9 selected samples are approved .*--status approved to mean it"):
+        review(db, "--reject", "all of it")
+    assert review(db, "--status", "pending", "--reject", "cut", capsys=capsys) == "rejected 3 of 3 selected samples"
+    assert review(db, "--status", "approved", "--reject", "redo", capsys=capsys) == "rejected 6 of 6 selected samples"

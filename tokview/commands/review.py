@@ -15,6 +15,7 @@ one step (the app's `u` does the same). An untag takes the tag off notes and ver
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -181,6 +182,24 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
     return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write, source=SOURCE)
 
 
+def _refuse_overturning(
+    store: Store, args: argparse.Namespace, filters: SampleFilter, with_tags: list[str], selected: int
+) -> None:
+    """A verdict that would overturn the opposite one needs `--status` to say so: a bare `review --approve` approved
+    the whole store, every rejection of the team's included (undoable, but said only as a count)."""
+    if not (args.approve or args.reject is not None) or filters.status is not None:
+        return
+    from tokview.store import bulk_review as bulk
+
+    verb, other = ("approving", "rejected") if args.approve else ("rejecting", "approved")
+    overturned = bulk.select(store, dataclasses.replace(filters, status=other), with_tags)
+    if overturned:
+        raise UserError(
+            f"{len(overturned)} of the {selected} selected samples are {other} (e.g. {overturned[0]}): {verb} them "
+            f"overturns that verdict; add --status {other} to mean it, or --status pending to leave them"
+        )
+
+
 SOURCE = "review"
 """What `actions.source` records for a change made here (the app records `app`)."""
 
@@ -228,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         from tokview.store import bulk_review as bulk
 
         ids = bulk.select(store, filters, with_tags)
+        _refuse_overturning(store, args, filters, with_tags, len(ids))
         outcome = apply(store, args, ids, who)
     if args.json:
         print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))
