@@ -264,6 +264,8 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
         both = _export(s, "speculators", tmp_path / "b.jsonl", select="approved", include_invalid=True)
         assert both.exported == 2
         assert not both.left_out
+        assert both.manifest["include_invalid"] is True  # a reader of the manifest knows invalid rows are in
+        assert "include_invalid" not in result.manifest
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "c.jsonl"), "--select", "approved"])
     err = capsys.readouterr().err
     assert code == 0

@@ -106,6 +106,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         **({"specforge_template": template_name} if template_name else {}),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "select": result.select,
+        **({"include_invalid": True} if result.include_invalid else {}),
         "run": result.run,
         **({"tags": result.tag_selection} if result.tag_selection else {}),
         "counts": counts,

@@ -93,6 +93,8 @@ class ExportResult:
     seen: Provenance | None = None
     profiles: _Profiles | None = None
     select: str = ""
+    include_invalid: bool = False
+    """`--select approved --include-invalid`: approved samples with error findings are in (the manifest says so)."""
     run: str | None = None
     tokenizer: TokenizerAdapter | None = None
     thresholds: dict[str, Any] | None = None
@@ -233,6 +235,7 @@ def export(
             )
         result.left_out = left_out
         result.thresholds = thresholds
+        result.include_invalid = include_invalid and selection.select == "approved"
         result.tag_selection = (
             {"with": list(selection.tags), "without": list(selection.without_tags)}
             if selection.tags or selection.without_tags
