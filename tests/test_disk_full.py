@@ -174,3 +174,33 @@ def test_a_merge_into_a_store_on_a_full_disk_lands_nothing_then_everything_once_
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert content(into) == expected
+
+
+def test_a_file_size_limit_stops_a_batch_as_a_full_disk_does_and_a_rerun_lands_everything(tmp_path):
+    """`ulimit -f` (EFBIG, "File too large") stopped a batch with DuckDB's raw error and no summary. It is a disk
+    with no more room for that file: the run stops early (exit 1) with its summary, and the next run completes it.
+    Needs no mount: the limit is the child's own."""
+    import resource
+
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [{"id": f"f{i:03d}", "prompt": f"Limit question {i}?"} for i in range(300)]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "limited.duckdb"
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000_000, 4_000_000))
+
+    argv = [*TOKVIEW, "batch", str(prompts), "--db", str(db), "--max-new-tokens", "2000", "--summary-json"]
+    with start_simulator(SimConfig(kind="vllm", output_tokens=2000)) as sim:
+        argv += ["--server", sim.url]
+        stopped = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limited)
+        assert stopped.returncode == 1, (stopped.returncode, stopped.stderr)
+        assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr, stopped.stderr
+        assert "file too large (a file size limit, `ulimit -f`)" in stopped.stderr, stopped.stderr
+        assert json.loads(stopped.stdout)["stopped"]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["balanced"] and summary["failed"] == 0, summary
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(300,)]

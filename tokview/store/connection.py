@@ -30,7 +30,7 @@ import duckdb
 from tokview.errors import first_line
 from tokview.secrets import scrub_text
 from tokview.store import parts
-from tokview.store.errors import StoreError, StoreFull, StoreHeld, is_disk_full
+from tokview.store.errors import StoreError, StoreFull, StoreHeld, is_disk_full, no_room_said
 from tokview.store_log import DUCKDB_MAGIC, database_as_log, log_refusal
 
 Statement = tuple[str, Sequence[Any]]
@@ -125,7 +125,7 @@ def duckdb_errors(what: str, path: str = "") -> Iterator[None]:
         yield
     except duckdb.Error as exc:
         if is_disk_full(exc):
-            raise StoreFull(f"no space left on device ({path or what})") from None
+            raise StoreFull(f"{no_room_said(exc)} ({path or what})") from None
         first = scrub_text(first_line(exc))
         raise StoreError(f"{what}: {first}") from None
 

@@ -16,7 +16,7 @@ from tokview.secrets import Secrets, scrub_optional, scrub_text, url_secrets
 from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
-from tokview.store.errors import is_disk_full
+from tokview.store.errors import is_disk_full, no_room_said
 from tokview.store.sample_rows import SAMPLE_COLUMNS, SampleIdentity, capture_secrets, masked_text, sample_params
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class PartSink:
             parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
         except OSError as exc:
             if is_disk_full(exc):
-                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
+                raise StoreFull(f"{no_room_said(exc)} ({self.parts_dir})") from None
             raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
 
 
