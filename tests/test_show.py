@@ -147,6 +147,9 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
     assert "2 samples have the export row id 'plain_gen0' (other runs): give one of" in err and single in err
     assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
     assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err
+    assert main(["show", "--db", str(db), "my-task"]) == 1  # a conversation's prompt id: its turns are named
+    err = capsys.readouterr().err
+    assert "'my-task' is a prompt id with 2 samples" in err and chained[0] in err and chained[1] in err, err
     with Store(db) as store:  # a prompt id holding `@`, a run name ending in `.digits`: read every way it can be
         mailed = put(store, "user@example.com", make_capture(question="mail"))
         versioned = make_capture(question="versioned")

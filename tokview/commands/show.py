@@ -61,6 +61,14 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
     if named:
         shown = ", ".join(printable_line(n) for n in named[:5]) + (", …" if len(named) > 5 else "")
         raise UserError(f"{len(named)} samples have the export row id {given!r} (other runs): give one of {shown}")
+    of_prompt = [
+        r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY sample_id", [given])
+    ]
+    if of_prompt:  # a conversation's prompt id names its turns, none of them alone
+        shown = ", ".join(printable_line(n) for n in of_prompt[:5]) + (", …" if len(of_prompt) > 5 else "")
+        raise UserError(
+            f"{given!r} is a prompt id with {len(of_prompt)} samples (turns, generations or runs): give one of {shown}"
+        )
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
 
 
