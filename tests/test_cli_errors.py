@@ -155,3 +155,24 @@ def test_a_refused_path_is_said_on_one_line_whatever_it_holds(tmp_path, capsys, 
     assert main(["stats", "--db", name]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err, err
+
+
+def test_a_one_value_flag_given_twice_is_refused_not_the_last_taken(capsys, tmp_path):
+    """`export --select approved --select all` exported everything and `merge --into a --into b` wrote only b: argparse
+    keeps the last value. Such a flag given twice is refused in one line, exit 1, nothing run."""
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    for argv, flag in (
+        (
+            ["export", "--db", str(db), "--select", "approved", "--select", "all", "--out", str(tmp_path / "o.jsonl")],
+            "--select",
+        ),
+        (["export", "--db", str(db), "--out", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "b.jsonl")], "--out"),
+        (["merge", str(db), "--into", str(tmp_path / "a.duckdb"), "--into", str(tmp_path / "b.duckdb")], "--into"),
+        (["stats", "--db", str(db), "--db", str(tmp_path / "other.duckdb")], "--db"),
+    ):
+        assert main(argv) == ExitCode.USAGE, argv
+        err = capsys.readouterr().err
+        assert f"{flag} given twice: it takes one value" in err and err.count("\n") == 1, err
+    assert not any(tmp_path.glob("[ab].*")) and not (tmp_path / "o.jsonl").exists()
+    assert main(["stats", "--db", str(db)]) == ExitCode.OK  # once is fine, the default too

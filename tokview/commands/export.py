@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.commands.once import GivenOnce
 from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.commands.vocabulary_check import refuse_another_vocabulary
 from tokview.errors import UserError
@@ -51,7 +52,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_db_argument(p)
-    p.add_argument("--format", default=None, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)")
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=tuple(FORMATS),
+        action=GivenOnce,
+        help=f"default: {DEFAULT_FORMAT} (token-exact)",
+    )
     p.add_argument(
         "--trajectory",
         action="store_true",
@@ -59,14 +66,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "every served output supervised; split where a turn's prompt does not extend the previous turn "
         "(same as --format trajectory)",
     )
-    p.add_argument("--out", required=True, help="output file (.jsonl, or .parquet for parquet); - for stdout")
-    p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
+    p.add_argument(
+        "--out", required=True, action=GivenOnce, help="output file (.jsonl, or .parquet for parquet); - for stdout"
+    )
+    p.add_argument("--select", default="valid", choices=tuple(SELECTIONS), action=GivenOnce)
     p.add_argument(
         "--include-invalid",
         action="store_true",
         help="with --select approved: also export approved samples that have error findings",
     )
-    p.add_argument("--run", type=run_name, dest="run_name", help="only this run")
+    p.add_argument("--run", type=run_name, dest="run_name", action=GivenOnce, help="only this run")
     p.add_argument(
         "--tag",
         dest="tags",
@@ -86,12 +95,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--max-acceptance",
         type=float,
+        action=GivenOnce,
         metavar="L",
         help="keep samples whose mean acceptance length is at most L (the hard ones for the drafter)",
     )
     p.add_argument(
         "--max-nll",
         type=float,
+        action=GivenOnce,
         metavar="X",
         help="keep samples whose target mean NLL (tokview score) is at most X (drops off-policy ones)",
     )

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokview.commands.once import GivenOnce
 from tokview.commands.store_arg import creatable_store, store_path
 from tokview.errors import TokviewError, UserError
 
@@ -26,7 +27,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("sources", nargs="+", type=Path, metavar="A.duckdb", help="stores to merge")
     p.add_argument(
-        "--into", required=True, metavar="STORE", type=store_path, help="the store to merge into (created if missing)"
+        "--into",
+        required=True,
+        metavar="STORE",
+        type=store_path,
+        action=GivenOnce,
+        help="the store to merge into (created if missing)",
     )
     p.set_defaults(run=run)
 

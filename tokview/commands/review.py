@@ -18,9 +18,9 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tokview.commands.once import GivenOnce
 from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.errors import UserError
 from tokview.untrusted_text import printable_line
@@ -44,20 +44,10 @@ _FILTERS = {
 """What `--history` and `--undo` do not take (flag → its argparse dest)."""
 
 
-class _Once(argparse.Action):
-    """A flag that takes one value: given twice, refused (argparse keeps the last, and `--tag a --tag b` tagged b
-    alone, where `export --tag a --tag b` asks for both)."""
+class _Once(GivenOnce):
+    """`--tag a --tag b` tagged b alone, where `export --tag a --tag b` asks for both: a review's flags are refused."""
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        if getattr(namespace, self.dest) is not None:
-            parser.error(f"{option_string} given twice: one value per review (its action is one step)")
-        setattr(namespace, self.dest, values)
+    why = "one value per review (its action is one step)"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -10,6 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
+from tokview.commands.once import GivenOnce
 from tokview.default_store import DEFAULT_DB
 from tokview.errors import UserError
 from tokview.store_log import database_as_log, log_refusal
@@ -37,7 +38,9 @@ def store_path(text: str) -> str:
 
 def add_db_argument(parser: argparse.ArgumentParser, what: str = "DuckDB store") -> None:
     """`--db PATH`, defaulting to the store's default name (`what` starts its help line)."""
-    parser.add_argument("--db", default=DEFAULT_DB, type=store_path, help=f"{what} (default: ./{DEFAULT_DB})")
+    parser.add_argument(
+        "--db", default=DEFAULT_DB, type=store_path, action=GivenOnce, help=f"{what} (default: ./{DEFAULT_DB})"
+    )
 
 
 def existing_store(db: str | Path) -> Path:
