@@ -191,6 +191,7 @@ def test_a_file_size_limit_stops_a_batch_as_a_full_disk_does_and_a_rerun_lands_e
         resource.setrlimit(resource.RLIMIT_FSIZE, (4_000_000, 4_000_000))
 
     argv = [*TOKVIEW, "batch", str(prompts), "--db", str(db), "--max-new-tokens", "2000", "--summary-json"]
+    argv += ["--workers", "1"]  # one process lands as it goes: the limit is met during the run, not at its close
     with start_simulator(SimConfig(kind="vllm", output_tokens=2000)) as sim:
         argv += ["--server", sim.url]
         stopped = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limited)

@@ -700,3 +700,19 @@ def test_an_export_whose_sidecars_are_another_exports_is_refused_and_leaves_them
     (tmp_path / "t2.json").unlink()
     _export(store, "speculators", tmp_path / "t2.jsonl")
     assert json.loads((tmp_path / "t2.manifest.json").read_text())["data"] == "t2.jsonl"
+
+
+def test_a_renamed_copy_of_an_export_is_replaced_and_a_sidecars_name_is_no_data_name(store, tmp_path):
+    """Copies `v1.*` of `t.*` hold a manifest naming t.jsonl: no export of the name v1 owns it, so an export to
+    v1.jsonl replaces it (it was refused as another export's). `--out t.manifest.json` wrote data over t.jsonl's
+    manifest: a sidecar's name is refused as a data file's."""
+    _export(store, "speculators", tmp_path / "t.jsonl")
+    for path in list(tmp_path.glob("t.*")):
+        shutil.copy(path, tmp_path / ("v1" + path.name[1:]))
+    _export(store, "speculators", tmp_path / "v1.jsonl")
+    assert json.loads((tmp_path / "v1.manifest.json").read_text())["data"] == "v1.jsonl"
+    before = (tmp_path / "t.manifest.json").read_bytes()
+    for name in ("t.manifest.json", "t.token_freq.json", "t.errors.jsonl", "t.specforge_template.json"):
+        with pytest.raises(ExportError, match=r"is named as an export's .* file"):
+            _export(store, "speculators" if name.endswith("l") else "specforge", tmp_path / name)
+    assert (tmp_path / "t.manifest.json").read_bytes() == before

@@ -61,14 +61,14 @@ def test_proxy_stores_of_two_tokenizers_are_refused(tmp_path, capsys, glm_tok_di
     code, err = _merge(capsys, str(tmp_path / "k.duckdb"), str(tmp_path / "g.duckdb"), "--into", str(tmp_path / "m"))
     assert code == ExitCode.USAGE, err
     last = err.strip().splitlines()[-1]  # the first source merged, then one line that says so
-    assert last.endswith(f"merge refused; merged before it (kept): {tmp_path / 'k.duckdb'}"), err
+    assert last.endswith(f"merge refused; kept from the stores merged before: {tmp_path / 'k.duckdb'}"), err
     three = [str(tmp_path / name) for name in ("g.duckdb", "k.duckdb", "k.duckdb")]
     code, err = _merge(capsys, *three, "--into", str(tmp_path / "n"))
     assert code == ExitCode.USAGE, err  # the third was never tried: said, where it went unsaid
     assert (
         err.strip()
         .splitlines()[-1]
-        .endswith(f"merge refused; merged before it (kept): {three[0]}; not tried after it: {three[2]}")
+        .endswith(f"merge refused; kept from the stores merged before: {three[0]}; not tried: {three[2]}")
     ), err
 
 

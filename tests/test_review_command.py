@@ -324,7 +324,13 @@ def test_repeated_tags_are_each_honoured_and_a_repeated_one_value_flag_is_refuse
 
 def test_a_bare_reject_does_not_overturn_approvals_unless_status_says_so(db, capsys):
     assert review(db, "--status", "valid", "--approve", capsys=capsys) == "approved 6 of 6 selected samples"
-    with pytest.raises(UserError, match=r"6 of the 9 selected samples are approved .*--status approved to mean it"):
+    with pytest.raises(UserError, match=r"6 of the 9 selected samples are approved .*--status approved to overturn"):
         review(db, "--reject", "all of it")
+    # any --status says what is selected: every invalid sample, whatever its verdict (none is approved here)
+    assert review(db, "--status", "invalid", "--reject", "cut", "--dry-run", capsys=capsys).startswith("would have")
     assert review(db, "--status", "pending", "--reject", "cut", capsys=capsys) == "rejected 3 of 3 selected samples"
+    # with a rejection in the store, --status valid still approves every valid sample (no loop of refusals)
+    assert review(db, "--status", "valid", "--approve", capsys=capsys) == (
+        "approved 0 of 6 selected samples (6 already approved)"
+    )
     assert review(db, "--status", "approved", "--reject", "redo", capsys=capsys) == "rejected 6 of 6 selected samples"

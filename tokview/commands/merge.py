@@ -76,11 +76,11 @@ def _say_the_others(exc: TokviewError, sources: list[Path], k: int) -> None:
     if len(sources) == 1:
         return
     before, after = [str(s) for s in sources[:k]], [str(s) for s in sources[k + 1 :]]
-    said = f"merged before it (kept): {', '.join(before)}" if before else "nothing merged"
-    if after:
-        said += f"; not tried after it: {', '.join(after)}"
-    exc.message = f"{exc.message}; {said}"
-    exc.args = (exc.message,)
+    said = [f"kept from the stores merged before: {', '.join(before)}"] if before else []
+    said += [f"not tried: {', '.join(after)}"] if after else []
+    if said:
+        exc.message = f"{exc.message}; {'; '.join(said)}"
+        exc.args = (exc.message,)
 
 
 def _remove_if_empty(store: Store, path: Path) -> None:

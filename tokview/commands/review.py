@@ -175,18 +175,21 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
 def _refuse_overturning(
     store: Store, args: argparse.Namespace, filters: SampleFilter, with_tags: list[str], selected: int
 ) -> None:
-    """A verdict that would overturn the opposite one needs `--status` to say so: a bare `review --approve` approved
-    the whole store, every rejection of the team's included (undoable, but said only as a count)."""
-    if not (args.approve or args.reject is not None) or filters.status is not None:
+    """A verdict that would overturn the opposite one needs a `--status` to say what it selects: a bare
+    `review --approve` approved the whole store, every rejection of the team's included (undoable, but said only as a
+    count). Any `--status` is that word (`valid` takes every verdict, as it says)."""
+    if not (args.approve or args.reject is not None) or args.status is not None:
         return
     from tokview.store import bulk_review as bulk
 
-    verb, other = ("approving", "rejected") if args.approve else ("rejecting", "approved")
+    verb, other, whole = ("approving", "rejected", "valid") if args.approve else ("rejecting", "approved", "invalid")
     overturned = bulk.select(store, dataclasses.replace(filters, status=other), with_tags)
     if overturned:
+        are = "is" if len(overturned) == 1 else "are"
         raise UserError(
-            f"{len(overturned)} of the {selected} selected samples are {other} (e.g. {overturned[0]}): {verb} them "
-            f"overturns that verdict; add --status {other} to mean it, or --status pending to leave them"
+            f"{len(overturned)} of the {selected} selected samples {are} {other} (e.g. {overturned[0]}): {verb} "
+            f"them overturns that verdict; add --status {other} to overturn those alone, --status pending to leave "
+            f"them, or --status {whole} to take every {whole} sample whatever its verdict"
         )
 
 

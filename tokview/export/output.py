@@ -213,7 +213,13 @@ def refuse_another_exports_sidecars(plan: Plan) -> None:
         data = json.loads(manifest.read_text(encoding="utf-8")).get("data")
     except (OSError, ValueError, AttributeError):
         return  # none, unreadable, or not a manifest of ours: replaced as before
-    if isinstance(data, str) and data != plan.name and "/" not in data and (plan.sidecar_dir / data).is_file():
+    if (
+        isinstance(data, str)
+        and data != plan.name
+        and "/" not in data
+        and _stem(data) == plan.sidecar_stem  # a renamed copy's manifest names its original: no one's here
+        and (plan.sidecar_dir / data).is_file()
+    ):
         raise OutputError(
             f"--out {plan.name}: {manifest.name} beside it describes {data}, another export whose sidecars share the "
             f"name {plan.sidecar_stem}; choose another --out (or remove {data} and its sidecars)"

@@ -136,6 +136,13 @@ class ExportFormat:
     def check_out_name(self, out: str | Path) -> None:
         """`--format parquet --out x.jsonl` (or the reverse) would put one format under the other's name."""
         suffix = Path(str(out)).suffix.lower()
+        name = Path(str(out)).name.lower()
+        for side in EVERY_SIDECAR:  # `--out t.manifest.json` replaced the manifest of t.jsonl with data
+            if name.endswith(f".{side.suffix}") and name != f".{side.suffix}":
+                raise ExportError(
+                    f"--out {out} is named as an export's {side.suffix} file (what `tokview export` writes beside its "
+                    "data): choose another name"
+                )
         for kind in FILE_KINDS:
             if kind is not self.file and suffix in kind.suffixes:
                 raise ExportError(
