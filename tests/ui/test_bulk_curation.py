@@ -481,3 +481,17 @@ async def test_the_export_dialog_refuses_what_export_refuses_before_asking_to_re
             said = str(dialog.query_one("#export-summary").render())
             assert said == f"{store.path} is a DuckDB database (a store?): choose another file", said
         assert store.count_samples() == 30
+
+
+async def test_a_bulk_verdict_says_how_many_marked_samples_it_overturns(make_app, store):
+    """A bulk approve over rejected samples overturned them behind "Approve 6 marked samples?": the question says so
+    (`tokview review` asks for a --status instead)."""
+    ids = [r.sample_id for r in store.samples_page(SampleFilter(), "sample_id", 0, 6)]
+    for sample_id in ids[1:3]:
+        store.record_verdict(sample_id, "rejected", reason="dull")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await mark_rows(app, pilot, 0, 5)
+        await pilot.press("a")
+        assert "2 of them are rejected: this overturns their verdict" in app.screen.detail, app.screen.detail

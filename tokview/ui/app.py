@@ -319,7 +319,7 @@ class TokviewApp(App[None]):
         if not invalid:
             self._confirm(
                 f"Approve {n} marked samples?",
-                "one action: u takes it back",
+                _overturns(store, ids, "approved") + "one action: u takes it back",
                 lambda: self._bulk(lambda: bulk_review.set_status(store, ids, "approved", who=who)),
             )
             return
@@ -335,7 +335,8 @@ class TokviewApp(App[None]):
         self.push_screen(
             BulkApprove(
                 f"Approve {n} marked samples?",
-                f"{len(invalid)} of them have error findings (e.g. {invalid[0]}): a trainer would learn from broken "
+                _overturns(store, ids, "approved")
+                + f"{len(invalid)} of them have error findings (e.g. {invalid[0]}): a trainer would learn from broken "
                 f"samples; approving them is recorded as overrides.",
                 any_valid=bool(valid),
             ),
@@ -397,7 +398,7 @@ class TokviewApp(App[None]):
                 return
             self._confirm(
                 f"Reject {len(marked)} marked samples?",
-                f"reason: {reason} · one action: u takes it back",
+                _overturns(store, marked, "rejected") + f"reason: {reason} · one action: u takes it back",
                 lambda: self._bulk(lambda: bulk_review.set_status(store, marked, "rejected", who=who, reason=reason)),
             )
 
@@ -630,3 +631,12 @@ class TokviewApp(App[None]):
         for command in super().get_system_commands(screen):
             if command.title not in ours:
                 yield command
+
+
+def _overturns(store: Store, ids: list[str], verdict: str) -> str:
+    """`3 of them are rejected: this overturns their verdict · ` for a bulk verdict's question, else nothing."""
+    n = bulk_review.overturned_among(store, ids, verdict)
+    other = "rejected" if verdict == "approved" else "approved"
+    if not n:
+        return ""
+    return f"{n} of them {'is' if n == 1 else 'are'} {other}: this overturns {'its' if n == 1 else 'their'} verdict · "
