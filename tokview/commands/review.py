@@ -15,7 +15,6 @@ one step (the app's `u` does the same). An untag takes the tag off notes and ver
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -172,9 +171,7 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
     return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write, source=SOURCE)
 
 
-def _refuse_overturning(
-    store: Store, args: argparse.Namespace, filters: SampleFilter, with_tags: list[str], selected: int
-) -> None:
+def _refuse_overturning(store: Store, args: argparse.Namespace, ids: list[str]) -> None:
     """A verdict that would overturn the opposite one needs a `--status` to say what it selects: a bare
     `review --approve` approved the whole store, every rejection of the team's included (undoable, but said only as a
     count). Any `--status` is that word (`valid` takes every verdict, as it says)."""
@@ -183,11 +180,11 @@ def _refuse_overturning(
     from tokview.store import bulk_review as bulk
 
     verb, other, whole = ("approving", "rejected", "valid") if args.approve else ("rejecting", "approved", "invalid")
-    overturned = bulk.select(store, dataclasses.replace(filters, status=other), with_tags)
+    overturned = bulk.overturned_among(store, ids, "approved" if args.approve else "rejected")
     if overturned:
         are = "is" if len(overturned) == 1 else "are"
         raise UserError(
-            f"{len(overturned)} of the {selected} selected samples {are} {other} (e.g. {overturned[0]}): {verb} "
+            f"{len(overturned)} of the {len(ids)} selected samples {are} {other} (e.g. {overturned[0]}): {verb} "
             f"them overturns that verdict; add --status {other} to overturn those alone, --status pending to leave "
             f"them, or --status {whole} to take every {whole} sample whatever its verdict"
         )
@@ -240,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         from tokview.store import bulk_review as bulk
 
         ids = bulk.select(store, filters, with_tags)
-        _refuse_overturning(store, args, filters, with_tags, len(ids))
+        _refuse_overturning(store, args, ids)
         outcome = apply(store, args, ids, who)
     if args.json:
         print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))

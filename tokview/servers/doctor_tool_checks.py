@@ -318,8 +318,8 @@ def _special(doc: DoctorContext, token_id: int) -> bool:
     if doc.tokenizer is not None:
         return doc.tokenizer.is_special(token_id)
     layout, p = doc.profile.tool_calls, doc.profile
-    return token_id in (p.think_open_id, p.think_close_id, *p.stop_ids) or (
-        layout is not None and token_id in layout.marker_ids
+    return (
+        token_id in p.delimiter_ids or token_id in p.stop_ids or (layout is not None and token_id in layout.marker_ids)
     )
 
 

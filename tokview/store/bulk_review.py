@@ -109,12 +109,10 @@ def invalid_among(store: Database, ids: Sequence[str], not_yet: str | None = Non
     return [r[0] for r in rows]
 
 
-def overturned_among(store: Database, ids: Sequence[str], verdict: str) -> int:
-    """How many of the ids carry the opposite verdict to `verdict`: a bulk approve or reject overturns them (the app
-    says so in its question; `tokview review` asks for a --status)."""
-    other = "rejected" if verdict == "approved" else "approved"
-    rows = store.query(f"SELECT count(*) FROM samples WHERE status = ? AND sample_id IN {IDS}", [other, list(ids)])
-    return int(rows[0][0]) if rows else 0
+def overturned_among(store: Database, ids: Sequence[str], verdict: str) -> list[str]:
+    """The ids carrying the opposite verdict to `verdict`, sorted: a bulk approve or reject overturns them (the app
+    says how many in its question; `tokview review` asks for a --status)."""
+    return sorted(_in_status(store, ids, "rejected" if verdict == "approved" else "approved"))
 
 
 def _in_status(store: Database, ids: Sequence[str], status: str, reason: str | None = None) -> set[str]:

@@ -635,7 +635,7 @@ class TokviewApp(App[None]):
 
 def _overturns(store: Store, ids: list[str], verdict: str) -> str:
     """`3 of them are rejected: this overturns their verdict · ` for a bulk verdict's question, else nothing."""
-    n = bulk_review.overturned_among(store, ids, verdict)
+    n = len(bulk_review.overturned_among(store, ids, verdict))
     other = "rejected" if verdict == "approved" else "approved"
     if not n:
         return ""
