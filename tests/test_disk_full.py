@@ -188,10 +188,13 @@ def test_a_file_size_limit_stops_a_batch_as_a_full_disk_does_and_a_rerun_lands_e
     db = tmp_path / "limited.duckdb"
 
     def limited() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000_000, 4_000_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
 
     argv = [*TOKVIEW, "batch", str(prompts), "--db", str(db), "--max-new-tokens", "2000", "--summary-json"]
-    argv += ["--workers", "1"]  # one process lands as it goes: the limit is met during the run, not at its close
+    argv += ["--workers", "1"]
+    # 1 MB: above the new store's size, below one part of 64 answers (~1.1 MB), so the limit is met during the run
+    # whatever the timing. At 4 MB the run sometimes fit whole: how much the WAL and the store file hold when depends
+    # on when landings and checkpoints fall.
     with start_simulator(SimConfig(kind="vllm", output_tokens=2000)) as sim:
         argv += ["--server", sim.url]
         stopped = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limited)
@@ -205,3 +208,23 @@ def test_a_file_size_limit_stops_a_batch_as_a_full_disk_does_and_a_rerun_lands_e
     assert summary["balanced"] and summary["failed"] == 0, summary
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(300,)]
+
+
+def test_duckdbs_own_file_too_large_error_counts_as_no_room(tmp_path):
+    """The batch above meets the limit in its parts; this one meets it inside DuckDB itself, whose error is text,
+    not an OSError, so the store must read it from the message to stop as on a full disk."""
+    script = (
+        "import resource, sys, duckdb\n"
+        "from tokview.store.errors import is_disk_full, no_room_said\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))\n"
+        "db = duckdb.connect(sys.argv[1])\n"
+        "try:\n"
+        "    db.execute('CREATE TABLE t AS SELECT random()::VARCHAR || i AS s FROM range(2000000) r(i)')\n"
+        "    db.execute('CHECKPOINT')\n"
+        "except Exception as exc:\n"
+        "    print(is_disk_full(exc), no_room_said(exc), sep='|')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "t.duckdb")], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "True|file too large (a file size limit, `ulimit -f`)", (done.stdout, done.stderr)
