@@ -312,9 +312,14 @@ def _create(conn: DuckDBPyConnection) -> None:
     instead of ~30 (a new store opens in ~33 ms instead of ~38). `schema_version` is created in that
     transaction too: a process killed while it creates a store leaves a file with no table (or no file),
     never a half-made store."""
+    _in_transaction(conn, creation_script())
+
+
+def creation_script() -> list[str]:
+    """What a new store runs: every migration's statements and `schema_version` row, in order."""
     statements = [_SCHEMA_VERSION_TABLE]
     statements += [sql for version, name, sqls in MIGRATIONS for sql in (*sqls, _version_row(version, name))]
-    _in_transaction(conn, statements)
+    return statements
 
 
 _SCHEMA_VERSION_TABLE = (

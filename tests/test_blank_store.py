@@ -1,0 +1,159 @@
+"""A new store's spare is a copy of a kept blank store (`tokview/store/blank_store.py`), never a wrong one.
+
+What must hold: the first spare made by DuckDB is kept as the blank and later spares are its bytes; a blank whose
+bytes do not match its name, or made for another schema or DuckDB, is never copied (DuckDB makes the spare, as
+without one); a copy is never linked where a write-ahead log was left, which DuckDB would replay into it; a copy's
+`schema_version` rows carry its own time. Real DuckDB files, a real landing child.
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tokview.batch.early_landing import spare_path
+from tokview.batch.landing_process import LandingChild, make_spare, take_spare
+from tokview.batch.run_record import RunRecord
+from tokview.batch.store_opener import StoreOpener
+from tokview.store import Store
+from tokview.store.blank_store import FOLDER, blank_key, keep_blank
+from tokview.store.schema import migrate
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A cache folder of this test's own: the suite's shared one must never hold a marked blank."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TOKVIEW_CACHE", str(folder))
+    return folder
+
+
+def blanks(cache: Path) -> list[Path]:
+    return sorted((cache / FOLDER).glob("*.duckdb")) if (cache / FOLDER).is_dir() else []
+
+
+def marked_blank(where: Path, applied: str = "2001-01-01") -> Path:
+    """A valid store file with a table no real store has, and an old `applied_at`: a copy of it is recognisable."""
+    with duckdb.connect(str(where)) as conn:
+        migrate(conn)
+        conn.execute("CREATE TABLE blank_marker (x INTEGER)")
+        conn.execute(f"UPDATE schema_version SET applied_at = TIMESTAMP '{applied} 00:00:00'")
+        conn.execute("CHECKPOINT")
+    return where
+
+
+def tables(db: Path) -> set[str]:
+    with duckdb.connect(str(db), read_only=True) as conn:
+        return {name for (name,) in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
+def test_the_first_spare_is_kept_as_the_blank_and_later_ones_are_its_bytes(tmp_path, cache):
+    first = make_spare(str(tmp_path / "a.duckdb"))
+    assert first is not None
+    [blank] = blanks(cache)
+    assert blank.name.startswith(blank_key() + "-")
+    assert blank.read_bytes() == first.read_bytes()
+    second = make_spare(str(tmp_path / "b.duckdb"))
+    assert second is not None and second.read_bytes() == blank.read_bytes()
+    assert blanks(cache) == [blank]  # kept once
+    assert take_spare(second, str(tmp_path / "b.duckdb"))
+    with Store(tmp_path / "b.duckdb") as store:
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_a_blank_whose_bytes_do_not_match_its_name_or_key_is_never_copied(tmp_path, cache):
+    made = marked_blank(tmp_path / "marked.duckdb")
+    keep_blank(made)
+    [blank] = blanks(cache)
+    spare = make_spare(str(tmp_path / "a.duckdb"))
+    assert spare is not None and "blank_marker" in tables(spare)  # a valid blank is copied as it is
+    take_spare(spare, str(tmp_path / "a.duckdb"))
+
+    data = bytearray(blank.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a flipped byte: the name's sha256 no longer matches
+    blank.write_bytes(bytes(data))
+    spare = make_spare(str(tmp_path / "b.duckdb"))
+    assert spare is not None and "blank_marker" not in tables(spare)  # made by DuckDB instead
+    take_spare(spare, str(tmp_path / "b.duckdb"))
+
+    for kept in blanks(cache):
+        kept.unlink()
+    keep_blank(marked_blank(tmp_path / "other.duckdb"))
+    [good] = blanks(cache)
+    good.rename(good.with_name("0" * 24 + "-" + good.name.split("-", 1)[1]))  # its bytes, another schema's key
+    spare = make_spare(str(tmp_path / "c.duckdb"))
+    assert spare is not None and "blank_marker" not in tables(spare)
+
+
+def test_a_copy_is_never_linked_where_a_write_ahead_log_was_left(tmp_path, cache):
+    """Every copy of a blank shares its DuckDB identifier, the one DuckDB checks a log against: a store deleted
+    without its log (killed mid-write, then `rm x.duckdb`) had that log replayed into the next store made there."""
+    db = tmp_path / "s.duckdb"
+    keep_blank(marked_blank(tmp_path / "marked.duckdb"))
+    first = make_spare(str(db))
+    assert first is not None and take_spare(first, str(db))
+    writer = (
+        "import duckdb, os, sys\n"
+        "c = duckdb.connect(sys.argv[1])\n"
+        "c.execute(\"INSERT INTO runs (run_id) VALUES ('from-the-deleted-store')\")\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(db)], check=False)
+    assert db.with_name("s.duckdb.wal").exists()
+    db.unlink()  # the log stays
+    spare = make_spare(str(db))
+    assert spare is not None and "blank_marker" in tables(spare)  # a copy
+    assert not take_spare(spare, str(db))
+    assert not db.exists() and not spare.exists()  # the run makes the store itself (DuckDB ignores the log then)
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == []
+
+
+def test_a_run_into_a_copy_dates_its_schema_rows_now(tmp_path, cache):
+    keep_blank(marked_blank(tmp_path / "marked.duckdb"))
+    db = tmp_path / "r.duckdb"
+    started = datetime.datetime.now() - datetime.timedelta(minutes=1)
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None and child._proc is not None
+    deadline = time.monotonic() + 30
+    while not spare_path(str(db), child._proc.pid).exists():
+        assert time.monotonic() < deadline, "the child made no spare"
+        time.sleep(0.01)
+    child.begin_run(
+        RunRecord(
+            run_id="r1",
+            settings={},
+            special={"tokenizer_special": "x", "tokenizer_special_ids": "1-2"},
+            tokenizer_name="test",
+            profile="generic",
+            tokenizer_dir=None,
+            tokenizer_hash="h",
+            template_hash=None,
+            server_info=[],
+            source=None,
+            profile_def={},
+        )
+    )
+    child.ingest()
+    child.close()
+    assert "blank_marker" in tables(db)
+    with duckdb.connect(str(db), read_only=True) as conn:
+        dates = [row[0] for row in conn.execute("SELECT applied_at FROM schema_version").fetchall()]
+    assert dates and all(d >= started for d in dates), dates
+
+
+def test_a_cache_that_cannot_be_written_still_makes_every_spare(tmp_path, monkeypatch):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")
+    monkeypatch.setenv("TOKVIEW_CACHE", str(blocked))
+    for name in ("a", "b"):
+        spare = make_spare(str(tmp_path / f"{name}.duckdb"))
+        assert spare is not None
+        assert take_spare(spare, str(tmp_path / f"{name}.duckdb"))
+    assert blocked.read_text() == "x"
