@@ -425,9 +425,9 @@ def child_main() -> int:
             spec = json.loads(line)
         store = Store(spec["path"], server_urls=spec["server_urls"])
         if linked:
-            from tokview.store.blank_store import RESTAMP
+            from tokview.store.blank_store import restamp
 
-            store.execute(RESTAMP)
+            restamp(store)
         lines: Iterable[bytes] = stdin
         if "run" in spec:
             RunRecord.from_json(spec["run"]).record(store)

@@ -23,8 +23,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokview.core.json_cache import cache_path
+
+if TYPE_CHECKING:
+    from tokview.store import Store
 
 FOLDER = "store-blanks"
 
@@ -89,8 +93,9 @@ def keep_blank(made: Path) -> None:
         pass
 
 
-RESTAMP = "UPDATE schema_version SET applied_at = now()"
-"""A copy's schema rows, dated when it was made rather than when its blank was."""
+def restamp(store: Store) -> None:
+    """Date a new store's schema rows now: a copy's said when its blank was made."""
+    store.execute("UPDATE schema_version SET applied_at = now()")
 
 
 def _name(key: str, data: bytes) -> str:
