@@ -7,8 +7,9 @@ from facts import THINK_CLOSE
 from ui.helpers import InspectApp, settle
 
 from tokview.ui import goto
-from tokview.ui.display import plural, served_seq
+from tokview.ui.display import served_seq
 from tokview.ui.screens.inspect import InspectData
+from tokview.wording import plural
 
 
 def test_goto_parses_positions_ids_and_text():

@@ -13,6 +13,7 @@ from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.core.json_value import strict_json
 from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from tokview.core.json_value import JsonObject
@@ -112,11 +113,6 @@ def _number(value: float | None, digits: int = 2) -> str:
 def _or_na(value: object) -> object:
     """A length statistic as printed: `n/a` for a run with no samples (it printed `None`)."""
     return "n/a" if value is None else value
-
-
-def plural(count: int, noun: str) -> str:
-    """'1 sample', '2 samples' (a command does not import the UI's copy of this)."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def render_runs(runs: list[dict[str, Any]]) -> str:

@@ -17,6 +17,7 @@ from tokview.core.analysis import tool_calls_of
 from tokview.core.record import Capture
 from tokview.proxy.probe import Proxied, ask_as_proxied
 from tokview.servers.doctor_context import QUESTION, DoctorContext
+from tokview.wording import plural
 
 TOOLS_TITLE = "Tool-call parser"
 STREAM_TITLE = "Streamed ids (tokview proxy)"
@@ -122,7 +123,7 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
         doc.add(
             "fail" if doc.tokenizer is not None else "warn",
             TOOLS_TITLE,
-            f"the server returned {_calls(n_field)} ({names}); the output ids hold none in the {doc.profile.name} "
+            f"the server returned {plural(n_field, 'call')} ({names}); the output ids hold none in the {doc.profile.name} "
             "layout: the ids that came back lost the calls' markers"
             + ("" if doc.tokenizer is not None else ", or --profile is not the served model's"),
             "train on ids only where they hold the calls; upgrade the server",
@@ -131,7 +132,7 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
         doc.add(  # this server refuses tools it has no parser for: it has one, and that one missed the call
             "fail",
             TOOLS_TITLE,
-            f"the parser returned no tool_calls for the {_calls(n_ids)} the ids hold{where}: a harness never runs "
+            f"the parser returned no tool_calls for the {plural(n_ids, 'call')} the ids hold{where}: a harness never runs "
             "the tool",
             f"check the server's tool parser ({_flags(doc)}); train on ids, never on `tool_calls`",
         )
@@ -140,7 +141,7 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
         doc.add(
             "warn",
             TOOLS_TITLE,
-            f"the server returned no tool_calls for the {_calls(n_ids)} the ids hold{where}: it runs no tool parser "
+            f"the server returned no tool_calls for the {plural(n_ids, 'call')} the ids hold{where}: it runs no tool parser "
             f"({server} without --tool-call-parser answers so), or its parser missed them",
             f"for agent traces, and a harness with tools behind tokview proxy, start the server with {_flags(doc)}; "
             "prompts without tools need none",
@@ -149,7 +150,7 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
         doc.add(
             "fail",
             TOOLS_TITLE,
-            f"the parser returned {n_field} of the {_calls(n_ids)} the ids hold{where} ({names}): a harness never runs "
+            f"the parser returned {n_field} of the {plural(n_ids, 'call')} the ids hold{where} ({names}): a harness never runs "
             "the others",
             f"check the server's tool parser ({_flags(doc)}); train on ids, never on `tool_calls`",
         )
@@ -169,13 +170,19 @@ def _check_fields(doc: DoctorContext, cap: Capture, names: str, n_ids: int, n_fi
         )
     elif n_field > n_ids:
         doc.add(
-            "warn", TOOLS_TITLE, f"the parser returned {n_field} calls ({names}) for the {_calls(n_ids)} the ids hold"
+            "warn",
+            TOOLS_TITLE,
+            f"the parser returned {n_field} calls ({names}) for the {plural(n_ids, 'call')} the ids hold",
         )
     else:
         unchecked = (
             "" if doc.tokenizer is not None else "; their names and arguments were not compared (needs --tokenizer)"
         )
-        doc.add("ok", TOOLS_TITLE, f"the parser returned {names}: the {_calls(n_ids)} the ids hold{where}{unchecked}")
+        doc.add(
+            "ok",
+            TOOLS_TITLE,
+            f"the parser returned {names}: the {plural(n_ids, 'call')} the ids hold{where}{unchecked}",
+        )
 
 
 def _flags(doc: DoctorContext) -> str:
@@ -327,7 +334,3 @@ def _in_order(part: list[int], whole: list[int]) -> bool:
     """Whether `part` is `whole` with some ids left out (a subsequence)."""
     rest = iter(whole)
     return all(any(t == w for w in rest) for t in part)
-
-
-def _calls(n: int) -> str:
-    return f"{n} call" if n == 1 else f"{n} calls"

@@ -34,11 +34,6 @@ if TYPE_CHECKING:
 VIEW_MODES = ("pieces", "ids", "both")
 
 
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """'1 position', '2 positions', '1,204 samples': the count and the noun that agrees with it."""
-    return f"{count:,} {noun if count == 1 else (many or noun + 's')}"
-
-
 # Style classes: each maps to a component class `token-view--<name>` themed in CSS.
 PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL = (
     "prompt",

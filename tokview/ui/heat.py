@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokview.core import spec_decode as sd
-from tokview.ui.display import plural
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from tokview.core.record import Capture

@@ -20,11 +20,12 @@ from textual.widgets import Label, Static
 from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
-from tokview.ui.display import TokenSeq, plain, plural, served_seq, shown, visible
+from tokview.ui.display import TokenSeq, plain, served_seq, shown, visible
 from tokview.ui.id_diff import IdDiff, diff_ids
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_view import TokenView
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session

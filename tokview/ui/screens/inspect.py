@@ -29,7 +29,6 @@ from tokview.ui.display import (
     VIEW_MODES,
     TokenSeq,
     kept_seq,
-    plural,
     served_seq,
     shown,
     visible,
@@ -41,6 +40,7 @@ from tokview.ui.widgets.findings_list import FindingRow, FindingsList
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis

@@ -32,11 +32,12 @@ from tokview.store.sessions_query import (
     sessions_version,
 )
 from tokview.ui.bindings import bindings
-from tokview.ui.display import capped, cell, plain, plural
+from tokview.ui.display import capped, cell, plain
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.widgets.table_sync import sync_rows
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from rich.text import Text

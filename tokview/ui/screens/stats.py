@@ -25,12 +25,13 @@ from textual_plotext import PlotextPlot
 from tokview.store.run_stats import run_stats
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
-from tokview.ui.display import capped, cell, plain, plural
+from tokview.ui.display import capped, cell, plain
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+from tokview.wording import plural
 
 if TYPE_CHECKING:
     from rich.text import Text
