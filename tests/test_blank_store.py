@@ -1,14 +1,17 @@
 """A new store's spare is a copy of a kept blank store (`tokview/store/blank_store.py`), never a wrong one.
 
-What must hold: the first spare made by DuckDB is kept as the blank and later spares are its bytes; a blank whose
-bytes do not match its name, or made for another schema or DuckDB, is never copied (DuckDB makes the spare, as
-without one); a copy is never linked where a write-ahead log was left, which DuckDB would replay into it; a copy's
-`schema_version` rows carry its own time. Real DuckDB files, a real landing child.
+What must hold: the first spare made by DuckDB is kept as the blank and later spares are its bytes with an
+identifier of their own, so DuckDB refuses one store's write-ahead log for another; a blank whose bytes do not
+match its name, or made for another schema or DuckDB, or that is no regular file, is never copied (DuckDB makes
+the spare, as without one); a copy is never linked where a write-ahead log was left; a copy's `schema_version`
+rows carry its own time; the cache keeps a few blanks, not one per store made at once. Real DuckDB files, a real
+landing child.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +25,7 @@ from tokview.batch.landing_process import LandingChild, make_spare, take_spare
 from tokview.batch.run_record import RunRecord
 from tokview.batch.store_opener import StoreOpener
 from tokview.store import Store
-from tokview.store.blank_store import FOLDER, blank_key, keep_blank
+from tokview.store.blank_store import FOLDER, HEADER, IDENTIFIER, KEPT, blank_key, keep_blank
 from tokview.store.schema import migrate
 
 
@@ -60,8 +63,15 @@ def test_the_first_spare_is_kept_as_the_blank_and_later_ones_are_its_bytes(tmp_p
     assert blank.name.startswith(blank_key() + "-")
     assert blank.read_bytes() == first.read_bytes()
     second = make_spare(str(tmp_path / "b.duckdb"))
-    assert second is not None and second.read_bytes() == blank.read_bytes()
+    third = make_spare(str(tmp_path / "c.duckdb"))
+    assert second is not None and third is not None
+    kept, copies = blank.read_bytes(), [second.read_bytes(), third.read_bytes()]
+    for copy in copies:
+        assert copy[HEADER:] == kept[HEADER:]
+        assert {i for i in range(HEADER) if copy[i] != kept[i]} - set(range(8)) <= set(IDENTIFIER)
+    assert copies[0][124:140] != copies[1][124:140] != kept[124:140]  # an identifier of its own, as DuckDB gives
     assert blanks(cache) == [blank]  # kept once
+    take_spare(third, str(tmp_path / "c.duckdb"))
     assert take_spare(second, str(tmp_path / "b.duckdb"))
     with Store(tmp_path / "b.duckdb") as store:
         assert store.query("SELECT count(*) FROM runs") == [(0,)]
@@ -157,3 +167,61 @@ def test_a_cache_that_cannot_be_written_still_makes_every_spare(tmp_path, monkey
         assert spare is not None
         assert take_spare(spare, str(tmp_path / f"{name}.duckdb"))
     assert blocked.read_text() == "x"
+
+
+def test_one_copys_write_ahead_log_is_refused_by_another_put_in_its_place(tmp_path, cache):
+    """Copies that shared the blank's identifier took each other's logs: `rm a.duckdb; mv b.duckdb a.duckdb` with
+    `a.duckdb.wal` left replayed a's last writes into b, silently. DuckDB refuses that for files it made itself."""
+    made = make_spare(str(tmp_path / "first.duckdb"))  # keeps the blank
+    assert made is not None and blanks(cache)
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    for db in (a, b):
+        spare = make_spare(str(db))
+        assert spare is not None and take_spare(spare, str(db))
+    writer = (
+        "import duckdb, os, sys\n"
+        "c = duckdb.connect(sys.argv[1])\n"
+        "c.execute(\"INSERT INTO runs (run_id) VALUES ('written-to-a')\")\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(a)], check=False)
+    assert a.with_name("a.duckdb.wal").exists()
+    a.unlink()
+    b.rename(a)
+    with pytest.raises(duckdb.Error, match="WAL does not match"):
+        duckdb.connect(str(a)).close()
+    a.with_name("a.duckdb.wal").unlink()
+    with duckdb.connect(str(a), read_only=True) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
+def test_a_blank_that_is_no_regular_file_is_never_read(tmp_path, cache):
+    """A FIFO under a blank's name blocked the read for ever, and the batch waited for its child."""
+    folder = cache / FOLDER
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / f"{blank_key()}-0.duckdb")
+    (folder / f"{blank_key()}-1.duckdb").mkdir()
+    probe = (
+        "import sys\nfrom tokview.batch.landing_process import make_spare\nprint(make_spare(sys.argv[1]) is not None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "s.duckdb")], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "True", done.stderr
+
+
+def test_the_cache_keeps_a_few_blanks_not_one_per_store_made_at_once(tmp_path, cache):
+    folder = cache / FOLDER
+    folder.mkdir(parents=True)
+    for k in range(KEPT + 3):  # blanks of other schemas or DuckDB versions, oldest first
+        old = folder / f"{k:024d}-{k:032d}.duckdb"
+        old.write_bytes(b"x")
+        os.utime(old, (1_000_000 + k, 1_000_000 + k))
+    left = folder / ".blank-killed"
+    left.write_bytes(b"x")
+    os.utime(left, (1_000_000, 1_000_000))
+    for name in ("a", "b", "c"):  # one keeps the blank; the others find it kept
+        assert make_spare(str(tmp_path / f"{name}.duckdb")) is not None
+    names = sorted(p.name for p in folder.iterdir())
+    assert len(names) == KEPT and any(n.startswith(blank_key()) for n in names), names
+    assert f"{KEPT + 2:024d}-{KEPT + 2:032d}.duckdb" in names  # the newest others stay

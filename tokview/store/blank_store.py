@@ -9,10 +9,15 @@ What keeps a copy exactly a new store:
 - The blank is named by what decides its content: the schema's creation script and DuckDB's version. Another
   schema or another DuckDB makes (and keeps) its own; an old blank is never opened by a newer DuckDB.
 - Its name also carries its bytes' sha256, checked on every copy: a damaged or edited blank is not copied (the
-  store is then made by DuckDB, as without one).
-- Every copy shares the blank's DuckDB database identifier, which is what DuckDB checks a write-ahead log against.
-  So a copy is never put where a `.wal` is left (a store deleted without its log): DuckDB would replay that other
-  store's log into it, where a store it makes itself ignores the log (`landing_process.take_spare`).
+  store is then made by DuckDB, as without one). Only a regular file of a sane size is read (a FIFO put there hung
+  the batch).
+- Each copy gets a database identifier of its own, as each file DuckDB makes does. DuckDB checks a write-ahead log
+  against it: copies sharing the blank's had one store's log replayed silently into another put in its place
+  (`rm a.duckdb; mv b.duckdb a.duckdb` with `a.duckdb.wal` left), where DuckDB refuses a log that is not the
+  file's. The identifier is 16 random bytes of the file's main header, which a checksum covers; a blank is kept
+  only once this DuckDB's own files show that layout (`_layout_known`: a second, empty file made beside it differs
+  from it in exactly the checksum and those bytes, and both checksums are as computed here), else nothing is kept
+  and every store is made by DuckDB.
 - `schema_version.applied_at` says when the blank was made; `restamp` makes it the copy's own time.
 """
 
@@ -21,7 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import stat
+import struct
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +40,13 @@ if TYPE_CHECKING:
     from tokview.store import Store
 
 FOLDER = "store-blanks"
+KEPT = 4
+"""Blanks kept at most (other schemas or DuckDB versions, several tokview installs sharing a cache): the oldest go."""
+MAX_BYTES = 64 * 1024 * 1024
+HEADER = 4096
+"""DuckDB's main header block: an 8-byte checksum of the rest of the block, then the header."""
+IDENTIFIER = range(124, 140)
+"""Where the main header holds the database identifier (DuckDB 1.4-2.x), checked per DuckDB by `_layout_known`."""
 
 
 def blank_key() -> str:
@@ -44,25 +60,19 @@ def blank_key() -> str:
 
 
 def copy_blank(dest: Path) -> bool:
-    """Write a kept blank's bytes to the new file `dest` (which must not exist), durable before it returns. False,
-    leaving no `dest`, when there is no blank whose bytes match its name, or the copy failed."""
+    """Write a kept blank's bytes, with an identifier of its own, to the new file `dest` (which must not exist),
+    durable before it returns. False, leaving no `dest`, when there is no blank whose bytes match its name, or the
+    copy failed."""
     folder = cache_path(FOLDER)
     if folder is None:
         return False
     key = blank_key()
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.startswith(f"{key}-") and n.endswith(".duckdb"))
-    except OSError:
-        return False
-    for name in names:
-        try:
-            data = (folder / name).read_bytes()
-        except OSError:
-            continue
-        if name != _name(key, data):
+    for name in _blank_names(folder, key):
+        data = _read_regular(folder / name)
+        if data is None or name != _name(key, data) or not _checksum_holds(data):
             continue
         try:
-            _write_new(dest, data)
+            _write_new(dest, _with_new_identifier(data))
         except OSError:
             return False
         return True
@@ -70,25 +80,29 @@ def copy_blank(dest: Path) -> bool:
 
 
 def keep_blank(made: Path) -> None:
-    """Keep the store file DuckDB has just made (checkpointed and closed, no log) as the blank for later ones. A
-    cache that cannot be written leaves things as they were: the next store is made by DuckDB again."""
+    """Keep the store file DuckDB has just made (checkpointed and closed, no log) as the blank for later ones,
+    unless one is kept already. A cache that cannot be written leaves things as they were: the next store is made
+    by DuckDB again."""
     folder = cache_path(FOLDER)
     if folder is None:
         return
     try:
-        data = made.read_bytes()
-        target = folder / _name(blank_key(), data)
-        if target.exists():
+        key = blank_key()
+        if folder.is_dir() and _blank_names(folder, key):
             return
+        data = made.read_bytes()
         folder.mkdir(parents=True, exist_ok=True)
+        if not _layout_known(data, folder):
+            return
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".blank-")
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
-            os.replace(tmp, target)  # whole or absent: a reader checks the bytes against the name anyway
+            os.replace(tmp, folder / _name(key, data))  # whole or absent: a reader checks the bytes against the name
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _prune(folder)
     except OSError:
         pass
 
@@ -98,8 +112,84 @@ def restamp(store: Store) -> None:
     store.execute("UPDATE schema_version SET applied_at = now()")
 
 
+def _blank_names(folder: Path, key: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(folder) if n.startswith(f"{key}-") and n.endswith(".duckdb"))
+    except OSError:
+        return []
+
+
 def _name(key: str, data: bytes) -> str:
     return f"{key}-{hashlib.sha256(data).hexdigest()[:32]}.duckdb"
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The file's bytes when it is a regular file no larger than MAX_BYTES; None otherwise or on any error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as src:
+            return src.read(MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _checksum(header: bytes) -> int:
+    """DuckDB's checksum of a main header block: 5381, xor-ed with each 8-byte word times a constant (mod 2**64)."""
+    result = 5381
+    for (word,) in struct.iter_unpack("<Q", header[8:HEADER]):
+        result ^= (word * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return result
+
+
+def _checksum_holds(data: bytes) -> bool:
+    return len(data) >= HEADER and data[8:12] == b"DUCK" and int.from_bytes(data[:8], "little") == _checksum(data)
+
+
+def _layout_known(data: bytes, folder: Path) -> bool:
+    """Whether this DuckDB's files hold the identifier where `_with_new_identifier` writes it: an empty file made
+    now differs from `data` in its main header exactly in the checksum and (some of) those 16 bytes."""
+    import duckdb
+
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".layout-") as scratch:
+        other = Path(scratch) / "empty.duckdb"
+        duckdb.connect(str(other)).close()
+        fresh = other.read_bytes()
+    if not (_checksum_holds(data) and _checksum_holds(fresh)):
+        return False
+    differ = {i for i in range(8, HEADER) if data[i] != fresh[i]}
+    return bool(differ) and differ <= set(IDENTIFIER)
+
+
+def _with_new_identifier(data: bytes) -> bytes:
+    """`data` with a random database identifier and the main header's checksum made again."""
+    header = bytearray(data[:HEADER])
+    header[IDENTIFIER.start : IDENTIFIER.stop] = os.urandom(len(IDENTIFIER))
+    header[:8] = _checksum(bytes(header)).to_bytes(8, "little")
+    return bytes(header) + data[HEADER:]
+
+
+def _prune(folder: Path) -> None:
+    """Keep the KEPT newest blanks; remove what a killed writer left (older than an hour)."""
+    try:
+        entries = [(e.stat(follow_symlinks=False).st_mtime, e.name) for e in os.scandir(folder)]
+    except OSError:
+        return
+    blanks = sorted((m, n) for m, n in entries if n.endswith(".duckdb") and not n.startswith("."))
+    stale = [n for m, n in entries if n.startswith((".blank-", ".layout-")) and m < time.time() - 3600]
+    for name in [n for _, n in blanks[:-KEPT]] + stale:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _write_new(dest: Path, data: bytes) -> None:
