@@ -225,3 +225,45 @@ def test_the_cache_keeps_a_few_blanks_not_one_per_store_made_at_once(tmp_path, c
     names = sorted(p.name for p in folder.iterdir())
     assert len(names) == KEPT and any(n.startswith(blank_key()) for n in names), names
     assert f"{KEPT + 2:024d}-{KEPT + 2:032d}.duckdb" in names  # the newest others stay
+
+
+def test_a_damaged_blank_is_replaced_not_left_to_stop_every_later_copy(tmp_path, cache):
+    assert make_spare(str(tmp_path / "a.duckdb")) is not None
+    [blank] = blanks(cache)
+    blank.write_bytes(blank.read_bytes()[:5000])  # cut short
+    made = make_spare(str(tmp_path / "b.duckdb"))  # made by DuckDB, and kept as the blank in the damaged one's place
+    copy = make_spare(str(tmp_path / "c.duckdb"))
+    assert made is not None and copy is not None
+    [kept] = blanks(cache)
+    assert kept != blank and kept.read_bytes() == made.read_bytes()
+    assert copy.read_bytes()[HEADER:] == made.read_bytes()[HEADER:]
+
+
+def test_a_cache_duckdb_cannot_write_in_still_makes_every_spare(tmp_path, monkeypatch):
+    """DuckDB's own error in the cache (full, unlockable) is no OSError: it reached `make_spare`'s catch-all, which
+    threw the good spare away, on every run."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("no tmpfs can be mounted here")
+    try:
+        monkeypatch.setenv("TOKVIEW_CACHE", str(disk))
+        for name in ("a", "b"):
+            spare = make_spare(str(tmp_path / f"{name}.duckdb"))
+            assert spare is not None and take_spare(spare, str(tmp_path / f"{name}.duckdb"))
+            with Store(tmp_path / f"{name}.duckdb") as store:
+                assert store.query("SELECT count(*) FROM runs") == [(0,)]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])
+
+
+def test_batches_that_keep_a_blank_at_once_leave_one_of_their_key_and_others_keys_alone(tmp_path):
+    from tokview.store.blank_store import _prune
+
+    names = [f"{'k' * 24}-{n:032d}.duckdb" for n in range(3)] + [f"{'o' * 24}-{0:032d}.duckdb"]
+    for k, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (1_000_000 + k, 1_000_000 + k))
+    _prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [names[2], names[3]]

@@ -15,9 +15,9 @@ What keeps a copy exactly a new store:
   against it: copies sharing the blank's had one store's log replayed silently into another put in its place
   (`rm a.duckdb; mv b.duckdb a.duckdb` with `a.duckdb.wal` left), where DuckDB refuses a log that is not the
   file's. The identifier is 16 random bytes of the file's main header, which a checksum covers; a blank is kept
-  only once this DuckDB's own files show that layout (`_layout_known`: a second, empty file made beside it differs
-  from it in exactly the checksum and those bytes, and both checksums are as computed here), else nothing is kept
-  and every store is made by DuckDB.
+  only once this DuckDB's own files show that layout (`_copies_work`: a second, empty file made beside it differs
+  from it in exactly the checksum and those bytes, both checksums are as computed here, and a copy so made is
+  written, checkpointed and read back), else nothing is kept and every store is made by DuckDB.
 - `schema_version.applied_at` says when the blank was made; `restamp` makes it the copy's own time.
 """
 
@@ -46,7 +46,7 @@ MAX_BYTES = 64 * 1024 * 1024
 HEADER = 4096
 """DuckDB's main header block: an 8-byte checksum of the rest of the block, then the header."""
 IDENTIFIER = range(124, 140)
-"""Where the main header holds the database identifier (DuckDB 1.4-2.x), checked per DuckDB by `_layout_known`."""
+"""Where the main header holds the database identifier (DuckDB 1.4-2.x), checked per DuckDB by `_copies_work`."""
 
 
 def blank_key() -> str:
@@ -64,35 +64,30 @@ def copy_blank(dest: Path) -> bool:
     durable before it returns. False, leaving no `dest`, when there is no blank whose bytes match its name, or the
     copy failed."""
     folder = cache_path(FOLDER)
-    if folder is None:
+    data = None if folder is None else _valid_blank(folder, blank_key())
+    if data is None:
         return False
-    key = blank_key()
-    for name in _blank_names(folder, key):
-        data = _read_regular(folder / name)
-        if data is None or name != _name(key, data) or not _checksum_holds(data):
-            continue
-        try:
-            _write_new(dest, _with_new_identifier(data))
-        except OSError:
-            return False
-        return True
-    return False
+    try:
+        _write_new(dest, _with_new_identifier(data))
+    except OSError:
+        return False
+    return True
 
 
 def keep_blank(made: Path) -> None:
     """Keep the store file DuckDB has just made (checkpointed and closed, no log) as the blank for later ones,
-    unless one is kept already. A cache that cannot be written leaves things as they were: the next store is made
-    by DuckDB again."""
+    unless a valid one is kept already. A cache that cannot be written, or any other failure, leaves things as they
+    were (keeping a blank is only a speed-up, never the run's error): the next store is made by DuckDB again."""
     folder = cache_path(FOLDER)
-    if folder is None:
+    if folder is None or folder.is_symlink():  # pruning it would remove files in whatever folder it names
         return
     try:
         key = blank_key()
-        if folder.is_dir() and _blank_names(folder, key):
+        if folder.is_dir() and _valid_blank(folder, key) is not None:
             return
         data = made.read_bytes()
         folder.mkdir(parents=True, exist_ok=True)
-        if not _layout_known(data, folder):
+        if not _copies_work(data, folder):
             return
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".blank-")
         try:
@@ -103,7 +98,7 @@ def keep_blank(made: Path) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
         _prune(folder)
-    except OSError:
+    except Exception:  # DuckDB's own errors (a full or unlockable cache) are no OSError
         pass
 
 
@@ -112,11 +107,20 @@ def restamp(store: Store) -> None:
     store.execute("UPDATE schema_version SET applied_at = now()")
 
 
-def _blank_names(folder: Path, key: str) -> list[str]:
+def _valid_blank(folder: Path, key: str) -> bytes | None:
+    """The bytes of a blank of this key that match their name; a damaged one met on the way is removed (kept, it
+    would stop a good one from being kept)."""
     try:
-        return sorted(n for n in os.listdir(folder) if n.startswith(f"{key}-") and n.endswith(".duckdb"))
+        names = sorted(n for n in os.listdir(folder) if n.startswith(f"{key}-") and n.endswith(".duckdb"))
     except OSError:
-        return []
+        return None
+    for name in names:
+        data = _read_regular(folder / name)
+        if data is not None and name == _name(key, data) and _checksum_holds(data):
+            return data
+        if not (folder / name).is_dir():
+            (folder / name).unlink(missing_ok=True)
+    return None
 
 
 def _name(key: str, data: bytes) -> str:
@@ -153,19 +157,28 @@ def _checksum_holds(data: bytes) -> bool:
     return len(data) >= HEADER and data[8:12] == b"DUCK" and int.from_bytes(data[:8], "little") == _checksum(data)
 
 
-def _layout_known(data: bytes, folder: Path) -> bool:
-    """Whether this DuckDB's files hold the identifier where `_with_new_identifier` writes it: an empty file made
-    now differs from `data` in its main header exactly in the checksum and (some of) those 16 bytes."""
+def _copies_work(data: bytes, folder: Path) -> bool:
+    """Whether this DuckDB's files hold the identifier where `_with_new_identifier` writes it (an empty file made
+    now differs from `data` in its main header exactly in the checksum and some of those 16 bytes), and a copy so
+    made opens, is written, checkpointed and opened again."""
     import duckdb
 
     with tempfile.TemporaryDirectory(dir=folder, prefix=".layout-") as scratch:
         other = Path(scratch) / "empty.duckdb"
         duckdb.connect(str(other)).close()
         fresh = other.read_bytes()
-    if not (_checksum_holds(data) and _checksum_holds(fresh)):
-        return False
-    differ = {i for i in range(8, HEADER) if data[i] != fresh[i]}
-    return bool(differ) and differ <= set(IDENTIFIER)
+        if not (_checksum_holds(data) and _checksum_holds(fresh)):
+            return False
+        differ = {i for i in range(8, HEADER) if data[i] != fresh[i]}
+        if not differ or not differ <= set(IDENTIFIER):
+            return False
+        copy = Path(scratch) / "copy.duckdb"
+        _write_new(copy, _with_new_identifier(data))
+        with duckdb.connect(str(copy)) as conn:
+            conn.execute("CREATE TABLE probe AS SELECT 1 AS x")
+            conn.execute("CHECKPOINT")
+        with duckdb.connect(str(copy), read_only=True) as conn:
+            return conn.execute("SELECT count(*) FROM probe").fetchall() == [(1,)]
 
 
 def _with_new_identifier(data: bytes) -> bytes:
@@ -177,14 +190,20 @@ def _with_new_identifier(data: bytes) -> bytes:
 
 
 def _prune(folder: Path) -> None:
-    """Keep the KEPT newest blanks; remove what a killed writer left (older than an hour)."""
+    """Keep the newest blank of each key (batches starting at once each keep one), of the KEPT newest keys; remove
+    what a killed writer left (older than an hour)."""
     try:
         entries = [(e.stat(follow_symlinks=False).st_mtime, e.name) for e in os.scandir(folder)]
     except OSError:
         return
-    blanks = sorted((m, n) for m, n in entries if n.endswith(".duckdb") and not n.startswith("."))
+    newest: dict[str, tuple[float, str]] = {}
+    for mtime, name in sorted(entries):
+        if name.endswith(".duckdb") and not name.startswith("."):
+            newest[name.split("-", 1)[0]] = (mtime, name)
+    kept = {name for _, name in sorted(newest.values())[-KEPT:]}
+    gone = [n for _, n in entries if n.endswith(".duckdb") and not n.startswith(".") and n not in kept]
     stale = [n for m, n in entries if n.startswith((".blank-", ".layout-")) and m < time.time() - 3600]
-    for name in [n for _, n in blanks[:-KEPT]] + stale:
+    for name in gone + stale:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
