@@ -328,3 +328,29 @@ async def test_a_sample_s_token_panes_are_built_off_the_ui_thread(make_app, stor
         await open_first(app, pilot)
     assert len(threads) == 2
     assert threading.main_thread() not in threads
+
+
+async def test_a_verdict_the_sample_has_already_records_nothing_so_u_takes_back_the_real_one(make_app, store):
+    """Approving an approved sample recorded a second action: `u` then took that one back and showed the sample
+    still approved, as if it did nothing. The same reason again on a rejected sample is the same verdict too."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a", "a")
+        await pilot.pause()
+        sid = "p001@demo_gen0"
+        assert [h["status"] for h in store.load_sample(sid).history] == ["approved"]
+        assert any("approved already" in n.message for n in app._notifications)
+        await pilot.press("u")
+        await pilot.pause()
+        assert store.load_sample(sid).status == "pending"
+        for _ in range(2):
+            await pilot.press("r", "down", "enter")
+            await pilot.pause()
+        await pilot.press("r", "enter")  # another reason: a verdict of its own
+        await pilot.pause()
+        live = [h for h in store.load_sample(sid).history if h["kind"] == "verdict" and not h["undone"]]
+        assert [(h["status"], h["reason"]) for h in live] == [
+            ("rejected", REJECT_REASONS[1]),
+            ("rejected", REJECT_REASONS[0]),
+        ]

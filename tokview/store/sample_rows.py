@@ -133,6 +133,13 @@ class StoredSample:
     """Per aligned id: kept / partial / hidden / drift (as computed when it was stored)."""
     created_at: datetime | None = None
 
+    def says_already(self, status: str, reason: str | None = None) -> bool:
+        """Whether its latest verdict still standing is this one (a rejection: for this reason). The app records
+        nothing then: approving an approved sample recorded a second action, which `u` took back with nothing
+        to show for it."""
+        live = [h for h in self.history if h["kind"] == "verdict" and not h["undone"]]
+        return self.status == status and bool(live) and (status != "rejected" or live[-1]["reason"] == reason)
+
 
 def to_json(value: object, secrets: list[str] | None = None) -> str | None:
     """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only).

@@ -361,6 +361,9 @@ class TokviewApp(App[None]):
         except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
+        if stored.says_already("approved"):
+            self.notify(f"{target[0]}: approved already · nothing recorded", timeout=2)
+            return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
         if not errors:
             self._record_verdict(target, "approved")
@@ -394,6 +397,14 @@ class TokviewApp(App[None]):
             if not reason:
                 return
             if target is not None:
+                try:
+                    stored = store.load_sample(target[0])
+                except STORE_TROUBLE as exc:
+                    self._store_failed(exc)
+                    return
+                if stored.says_already("rejected", reason):
+                    self.notify(f"{target[0]}: rejected already ({reason}) · nothing recorded", timeout=2)
+                    return
                 self._record_verdict(target, "rejected", reason=reason)
                 return
             self._confirm(
