@@ -354,3 +354,50 @@ async def test_a_verdict_the_sample_has_already_records_nothing_so_u_takes_back_
             ("rejected", REJECT_REASONS[1]),
             ("rejected", REJECT_REASONS[0]),
         ]
+
+
+async def test_a_store_another_program_holds_leaves_the_app_usable_and_the_verdict_lands_once_it_lets_go(
+    make_app, store
+):
+    """While another program held the store, a verdict key froze the whole app (no repaint, no key) for up to the
+    store's wait (15 s in `tokview ui`), without a word. The key now waits about a second, says why, and the verdict
+    is made, and shown, once the store is free."""
+    import subprocess
+    import sys
+    import time
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down")
+        time.sleep(0.5)  # the store's file closes once idle (its linger), so another process can take it
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('open', flush=True); sys.stdin.read()",
+                str(store.path),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+            started = time.monotonic()
+            await pilot.press("a")
+            pressed = time.monotonic() - started
+            await pilot.press("j", "k")  # the app still takes keys
+            assert pressed < 5, pressed
+            assert any("holds the store" in n.message for n in app._notifications)
+            assert app.store_keys.pending == 1
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while app.store_keys.pending and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        await pilot.pause()
+        assert store.load_sample("p001@demo_gen0").status == "approved"
+        assert any("p001@demo_gen0: approved" in n.message for n in app._notifications)
