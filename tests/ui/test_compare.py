@@ -127,3 +127,22 @@ async def test_the_stats_panel_lists_each_run(make_app, store):
         assert [str(r[0]) for r in rows] == ["run-a", "run-b"]  # a Text: a run name is never read as markup
         assert rows[0][1] == "15"
         assert rows[0][2] == "1"  # samples, approved
+
+
+async def test_both_sides_of_a_compare_are_exactly_as_wide_at_any_width(make_app, store, tokenizer, profile):
+    """Two `1fr` panes left the right side a cell narrower (its divider): the same ids wrapped at other places."""
+    from tokview.ui.screens.compare import CompareScreen
+
+    add_sibling(store, tokenizer, profile)
+    for width in (80, 81, 120):
+        app = make_app()
+        async with app.run_test(size=(width, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("down", "enter")
+            await settle(app, pilot)
+            await pilot.press("d")
+            await settle(app, pilot)
+            screen = app.screen
+            assert isinstance(screen, CompareScreen)
+            assert screen.left.content_region.width == screen.right.content_region.width, width
+            assert screen.left.content_region.width == (width - 1) // 2

@@ -123,7 +123,7 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(plain(f"loading {self.ids[0]} and {self.ids[1]}…"), id="compare-title")
         with Horizontal(id="compare-panes"):
-            with Vertical(classes="pane"):
+            with Vertical(classes="pane", id="compare-left-pane"):
                 yield Label(plain(f"A {self.ids[0]}"), classes="pane-label", id="compare-left-label")
                 yield self.left
             with Vertical(classes="pane", id="compare-right-pane"):
@@ -135,6 +135,13 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
     def on_mount(self) -> None:
         self.left.focus()
         self._load()
+
+    def on_resize(self) -> None:
+        """Both sides exactly as wide: two `1fr` panes left the right one a cell narrower (its divider), and the
+        same ids wrapped at other places on each side, so their rows no longer lined up."""
+        side = (self.size.width - 1) // 2  # the divider's cell, then what is left over (0 or 1) goes unused
+        self.query_one("#compare-left-pane").styles.width = side
+        self.query_one("#compare-right-pane").styles.width = side + 1
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
     def _load(self) -> None:

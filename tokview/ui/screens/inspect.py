@@ -224,7 +224,8 @@ class InspectScreen(Screen[None]):
         return title
 
     def _served_label(self) -> str:
-        label = f"served ids · {plural(len(self.data.capture.output_ids), 'output id')} · view {self.served.mode}"
+        # short enough at 80 columns that the view's name is whole: "· view pi…" did not say pieces from both
+        label = f"served ids ({len(self.data.capture.output_ids):,} out) · view {self.served.mode}"
         if self.heat != HEAT_MODES[0]:
             why = heat_unavailable(self.data.capture, self.heat)
             label += f" · heat {HEAT_LABELS[self.heat]}" + (f": {why}" if why else " (green likely/easy … red)")

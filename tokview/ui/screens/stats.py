@@ -178,7 +178,9 @@ class StatsScreen(ForwardsWorkerErrors, Screen[None]):
             f"pending {by_status.get('pending', 0):,}"
         )
         self._hist("#plot-output", d.output_lens, "output length (ids)")
-        self._hist("#plot-reasoning", d.reasoning_lens, "reasoning length (ids before the closer)")
+        self._hist(
+            "#plot-reasoning", d.reasoning_lens, "reasoning length (ids)"
+        )  # a longer title was dropped at 80 columns
         self.query_one("#plot-finish", BarChart).set_data("finish reasons", d.finish)
         self.query_one("#plot-findings", BarChart).set_data(
             "samples by finding code", {c: v["samples"] for c, v in s["findings"].items()}
