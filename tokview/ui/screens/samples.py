@@ -70,9 +70,20 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     """
 
     class Counted(Message):
-        def __init__(self, generation: int, count: int) -> None:
+        def __init__(self, generation: int, count: int, total: int) -> None:
             super().__init__()
-            self.generation, self.count = generation, count
+            self.generation, self.count, self.total = generation, count, total
+
+    class Grown(Message):
+        """The store's whole count, read by the poll."""
+
+        def __init__(self, total: int) -> None:
+            super().__init__()
+            self.total = total
+
+    poll_s = 2.0
+    """How often the store's whole count is read (one cheap query, in a worker): a batch or proxy writing into the
+    store meanwhile left the list and its title at the count of the last read, without a word."""
 
     class Choices(Message):
         def __init__(self, codes: list[str], runs: list[str], tags: list[tuple[str, int]]) -> None:
@@ -87,6 +98,9 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self.marks = Marks()
         self._generation = 0
         self._count_shown = 0
+        self._total_read = 0
+        """The store's whole count when the list was last read."""
+        self._total_now = 0
 
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
@@ -103,6 +117,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self.query_one(SampleList).focus()
         self.reload()
         self._load_choices()
+        self.set_interval(self.poll_s, self._poll)
 
     @property
     def sample_list(self) -> SampleList:
@@ -115,7 +130,18 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, exclusive=True, group="samples-count", exit_on_error=False)
     def _count(self, generation: int, filters: SampleFilter) -> None:
-        self.post_message(self.Counted(generation, self.session.store.count_samples(filters)))
+        store = self.session.store
+        self.post_message(self.Counted(generation, store.count_samples(filters), store.count_samples()))
+
+    @work(thread=True, exclusive=True, group="samples-poll", exit_on_error=False)
+    def _poll(self) -> None:
+        self.post_message(self.Grown(self.session.store.count_samples()))
+
+    @on(Grown)
+    def _grown(self, event: Grown) -> None:
+        if event.total != self._total_now:
+            self._total_now = event.total
+            self._update_title()
 
     @work(thread=True, group="samples-choices", exit_on_error=False)
     def _load_choices(self) -> None:
@@ -134,6 +160,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             ids=lambda offset, limit: store.reads.sample_ids_page(filters, order, offset, limit),
             find=lambda sample_id: store.reads.row_of(filters, order, sample_id),
         )
+        self._total_read = self._total_now = event.total
         self._update_title(event.count)
 
     @on(Choices)
@@ -184,6 +211,8 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self._count_shown = count
         f = self.filters
         parts = [f"{count:,} samples"] + ([f"{len(self.marks):,} marked"] if len(self.marks) else [])
+        if self._total_now != self._total_read:  # first: a narrow title is cut at its end
+            parts.insert(1, f"{self._total_now - self._total_read:+,} in the store since: ctrl+r")
         parts.append(f"order {self.order}")
         parts += [
             f"{k}={v}"

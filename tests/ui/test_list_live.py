@@ -1,0 +1,27 @@
+"""The samples list while another program writes into the store: it says how many samples came since it read."""
+
+from __future__ import annotations
+
+from ui.helpers import add_sibling, settle
+
+
+async def test_the_list_says_when_the_store_grew_since_it_was_read(make_app, store, tokenizer, profile, monkeypatch):
+    """A batch or proxy writing into the store while the app was open left the list's title at the count it read
+    last, without a word (and `*` marks from the store, rows the list never showed)."""
+    from tokview.ui.screens.samples import SamplesScreen
+
+    monkeypatch.setattr(SamplesScreen, "poll_s", 0.1)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        title = app.screen.query_one("#samples-title")
+        assert "in the store since" not in str(title.render())
+        add_sibling(store, tokenizer, profile)
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "+1 in the store since: ctrl+r" in str(title.render()):
+                break
+        assert "+1 in the store since: ctrl+r" in str(title.render())
+        await pilot.press("ctrl+r")
+        await settle(app, pilot)
+        assert "in the store since" not in str(title.render())
