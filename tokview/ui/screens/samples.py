@@ -101,6 +101,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self._total_read = 0
         """The store's whole count when the list was last read."""
         self._total_now = 0
+        self._polling = False
 
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
@@ -117,7 +118,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self.query_one(SampleList).focus()
         self.reload()
         self._load_choices()
-        self.set_interval(self.poll_s, self._poll)
+        self.set_interval(self.poll_s, self._poll_unless_polling)
 
     @property
     def sample_list(self) -> SampleList:
@@ -133,9 +134,19 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         store = self.session.store
         self.post_message(self.Counted(generation, store.count_samples(filters), store.count_samples()))
 
-    @work(thread=True, exclusive=True, group="samples-poll", exit_on_error=False)
+    def _poll_unless_polling(self) -> None:
+        """One poll at a time: a store another program holds keeps one waiting, not one more every tick."""
+        if not self._polling:
+            self._polling = True
+            self._poll()
+
+    @work(thread=True, group="samples-poll", exit_on_error=False)
     def _poll(self) -> None:
-        self.post_message(self.Grown(self.session.store.count_samples()))
+        try:
+            total = self.session.store.count_samples()
+        finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
+            self._polling = False
+        self.post_message(self.Grown(total))
 
     @on(Grown)
     def _grown(self, event: Grown) -> None:
