@@ -124,12 +124,7 @@ def open_app(
             who=who,
         )
         app = TokviewApp(session, config)
-        try:
-            app.run()
-        finally:
-            if app.store_keys.pending:  # changes the app said it would make once the store was free
-                print(f"tokview: waiting for the store to record {app.store_keys.pending} change(s)…", file=sys.stderr)
-            app.store_keys.close()
+        app.run()
     return app.return_code or 0  # non-zero when the app ended on an error
 
 

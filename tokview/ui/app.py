@@ -2,8 +2,7 @@
 
 The app renders and dispatches. Data work goes through the store, core analysis, the batch runner and
 the doctor, in workers that post messages; handlers here own every state change. Verdicts are written
-to the store on the key press that makes them (on the curation keys' own thread, which the key waits for
-unless another program holds the store: `store_keys.py`), so a crash right after loses none. A worker
+to the store synchronously on the key press that makes them, so a crash right after loses none. A worker
 that fails reaches one handler here (`on_worker_state_changed`), which notifies; workers catch nothing.
 """
 
@@ -13,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -40,7 +39,6 @@ from tokview.ui.screens.modals import (
     TextPrompt,
 )
 from tokview.ui.screens.samples import SamplesScreen
-from tokview.ui.store_keys import StoreKeys
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import WORDED, failure_notice
 from tokview.untrusted_text import printable, printable_line
@@ -88,7 +86,6 @@ class NextFound(Message):
         self.found, self.open_it = found, open_it
 
 
-T = TypeVar("T")
 STORE_TROUBLE = (StoreError, UnknownSample)
 """What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
 
@@ -105,8 +102,6 @@ class TokviewApp(App[None]):
         self.session = session
         self.config = config or UIConfig()
         self.samples_screen: SamplesScreen | None = None
-        self.store_keys = StoreKeys(self)
-        """The curation keys' store work: off the UI thread, in key order (`close` it once the app has run)."""
         self._open_index: int | None = None
         self._loaded: SampleReady | None = None
         self._asked = 0
@@ -255,17 +250,14 @@ class TokviewApp(App[None]):
         """Make one sample's write, then show its new state; a store another process holds too long is a
         notification, not a crash (the write is not made: press the key again). `tags_changed`: the list's
         tags column and the tag filter's choices are read again."""
-        sample_id = target[0]
-        store = self.session.store
-
-        def made() -> StoredSample:
-            write(store)
-            return store.load_sample(sample_id)
-
-        self._in_store(made, lambda stored: self._recorded(target, stored, said, tags_changed))
-
-    def _recorded(self, target: tuple[str, int | None], stored: StoredSample, said: str, tags_changed: bool) -> None:
         sample_id, index = target
+        store = self.session.store
+        try:
+            write(store)
+            stored = store.load_sample(sample_id)
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
         self._show_verdict(sample_id, index, stored)
         self.notify(f"{sample_id}: {said} · now {stored.status} (u undoes)", timeout=2)
         if self.samples_screen is not None:
@@ -279,20 +271,6 @@ class TokviewApp(App[None]):
     def _store_failed(self, exc: StoreError | UnknownSample) -> None:
         title, message = failure_notice(exc)
         self.notify(message, title=title, severity="error", timeout=8)
-
-    def _in_store(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
-        """A key's store work, off the UI thread, and what the key does with its answer (`store_keys.py`)."""
-        self.store_keys.run(work, then, self._told)
-
-    def _told(self, exc: BaseException) -> bool:
-        """Say a key's store failure in a notification; False for a bug (not worded for a person)."""
-        if isinstance(exc, STORE_TROUBLE):
-            self._store_failed(exc)
-            return True
-        if isinstance(exc, CannotUndo):  # chosen from a list another process changed since
-            self.notify(str(exc), severity="warning", timeout=4)
-            return True
-        return False
 
     def _show_verdict(self, sample_id: str, index: int | None, stored: StoredSample) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -314,9 +292,11 @@ class TokviewApp(App[None]):
     def _bulk(self, write: Callable[[], Outcome], what: str = "marked") -> None:
         """Run one bulk write (a function of no arguments returning an Outcome), then say what it changed,
         clear the marks and read the list again; a store another process holds is a notification."""
-        self._in_store(write, lambda outcome: self._bulk_done(outcome, what))
-
-    def _bulk_done(self, outcome: Outcome, what: str) -> None:
+        try:
+            outcome = write()
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
         self._samples_changed(outcome.changed)
         self.notify(outcome.summary(what) + (" · u undoes" if outcome.changed else ""), timeout=4)
 
@@ -334,19 +314,12 @@ class TokviewApp(App[None]):
         self.push_screen(Confirm(question, detail), lambda yes: then() if yes else None)
 
     def _bulk_approve(self, ids: list[str]) -> None:
-        store = self.session.store
-
-        def read() -> tuple[list[str], str]:  # approved already: nothing to override
-            return bulk_review.invalid_among(store, ids, not_yet="approved"), _overturns(store, ids, "approved")
-
-        self._in_store(read, lambda found: self._ask_bulk_approve(ids, *found))
-
-    def _ask_bulk_approve(self, ids: list[str], invalid: list[str], overturns: str) -> None:
         store, who, n = self.session.store, self.session.who, len(ids)
+        invalid = bulk_review.invalid_among(store, ids, not_yet="approved")  # approved already: nothing to override
         if not invalid:
             self._confirm(
                 f"Approve {n} marked samples?",
-                overturns + "one action: u takes it back",
+                _overturns(store, ids, "approved") + "one action: u takes it back",
                 lambda: self._bulk(lambda: bulk_review.set_status(store, ids, "approved", who=who)),
             )
             return
@@ -362,7 +335,7 @@ class TokviewApp(App[None]):
         self.push_screen(
             BulkApprove(
                 f"Approve {n} marked samples?",
-                overturns
+                _overturns(store, ids, "approved")
                 + f"{len(invalid)} of them have error findings (e.g. {invalid[0]}): a trainer would learn from broken "
                 f"samples; approving them is recorded as overrides.",
                 any_valid=bool(valid),
@@ -375,15 +348,19 @@ class TokviewApp(App[None]):
             return
         marked = self._marked()
         if marked:
-            self._bulk_approve(marked)
+            try:
+                self._bulk_approve(marked)
+            except STORE_TROUBLE as exc:
+                self._store_failed(exc)
             return
         target = self._target()
         if target is None:
             return
-        store = self.session.store
-        self._in_store(lambda: store.load_sample(target[0]), lambda stored: self._approve(target, stored))
-
-    def _approve(self, target: tuple[str, int | None], stored: StoredSample) -> None:
+        try:
+            stored = self.session.store.load_sample(target[0])
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
         if stored.says_already("approved"):
             self.notify(f"{target[0]}: approved already · nothing recorded", timeout=2)
             return
@@ -420,20 +397,19 @@ class TokviewApp(App[None]):
             if not reason:
                 return
             if target is not None:
-                self._in_store(lambda: store.load_sample(target[0]), lambda stored: reject(target, stored, reason))
+                try:
+                    stored = store.load_sample(target[0])
+                except STORE_TROUBLE as exc:
+                    self._store_failed(exc)
+                    return
+                if stored.says_already("rejected", reason):
+                    self.notify(f"{target[0]}: rejected already ({reason}) · nothing recorded", timeout=2)
+                    return
+                self._record_verdict(target, "rejected", reason=reason)
                 return
-            self._in_store(lambda: _overturns(store, marked, "rejected"), lambda overturns: confirm(overturns, reason))
-
-        def reject(target: tuple[str, int | None], stored: StoredSample, reason: str) -> None:
-            if stored.says_already("rejected", reason):
-                self.notify(f"{target[0]}: rejected already ({reason}) · nothing recorded", timeout=2)
-                return
-            self._record_verdict(target, "rejected", reason=reason)
-
-        def confirm(overturns: str, reason: str) -> None:
             self._confirm(
                 f"Reject {len(marked)} marked samples?",
-                overturns + f"reason: {reason} · one action: u takes it back",
+                _overturns(store, marked, "rejected") + f"reason: {reason} · one action: u takes it back",
                 lambda: self._bulk(lambda: bulk_review.set_status(store, marked, "rejected", who=who, reason=reason)),
             )
 
@@ -470,22 +446,13 @@ class TokviewApp(App[None]):
         target = None if marked else self._target()
         if not marked and target is None:
             return
-        store = self.session.store
-
-        def read() -> tuple[list[tuple[str, int]], list[str]]:
-            carried = bulk_review.tags_of(store, marked if marked else [target[0]] if target is not None else [])
-            return store.tag_counts(), carried
-
-        self._in_store(read, lambda found: self._ask_tags(marked, target, *found))
-
-    def _ask_tags(
-        self,
-        marked: list[str],
-        target: tuple[str, int | None] | None,
-        existing: list[tuple[str, int]],
-        carried: list[str],
-    ) -> None:
         store, who = self.session.store, self.session.who
+        try:
+            carried = bulk_review.tags_of(store, marked if marked else [target[0]] if target is not None else [])
+            existing = store.tag_counts()
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
 
         def chosen(edit: TagEdit | None) -> None:
             if edit is None or (not edit.add and not edit.remove):
@@ -533,19 +500,24 @@ class TokviewApp(App[None]):
         return True
 
     def action_undo_history(self) -> None:
-        store = self.session.store
-        self._in_store(lambda: store.actions(30), self._ask_undo)
-
-    def _ask_undo(self, listed: list[bulk_review.Action]) -> None:
+        try:
+            listed = self.session.store.actions(30)
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
         self.push_screen(ActionsDialog(listed), lambda action_id: self._undo(action_id) if action_id else None)
 
     def _undo(self, action_id: int | None) -> None:
         if self._read_only():
             return
-        store, who = self.session.store, self.session.who
-        self._in_store(lambda: store.undo_action(action_id, who=who), self._undone)
-
-    def _undone(self, undone: bulk_review.Undone | None) -> None:
+        try:
+            undone = self.session.store.undo_action(action_id, who=self.session.who)
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
+        except CannotUndo as exc:  # chosen from a list another process changed since
+            self.notify(str(exc), severity="warning", timeout=4)
+            return
         if undone is None:
             self.notify("nothing to undo in this store", timeout=2)
             return
