@@ -354,3 +354,47 @@ async def test_a_verdict_the_sample_has_already_records_nothing_so_u_takes_back_
             ("rejected", REJECT_REASONS[1]),
             ("rejected", REJECT_REASONS[0]),
         ]
+
+
+async def test_a_key_on_a_store_another_program_holds_gives_up_within_seconds_and_says_so(make_app, store):
+    """While another program held the store, a verdict key froze the whole app (no repaint, no key) for the store's
+    whole wait (15 s in `tokview ui`), without a word, and other keys after it too. Now a key's store call gives up
+    after about a second, says who holds the store, and records nothing; pressed again once it lets go, it lands."""
+    import subprocess
+    import sys
+    import time
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down")
+        await pilot.pause(0.5)  # the store's file closes once idle (its linger), so another process can take it
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('open', flush=True); sys.stdin.read()",
+                str(store.path),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+            for key in ("a", "u"):
+                started = time.monotonic()
+                await pilot.press(key)
+                assert time.monotonic() - started < 5
+            assert app.is_running and isinstance(app.screen, SamplesScreen)
+            said = [n.message for n in app._notifications]
+            # the file's holder named, or (a worker of the app waiting for that holder first) this process busy
+            assert sum(("in use by" in m and "gave up" in m) or "is busy" in m for m in said) == 2, said
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        await pilot.press("a")
+        await pilot.pause()
+    history = store.load_sample("p001@demo_gen0").history
+    assert [(h["status"], h["undone"]) for h in history] == [("approved", False)]

@@ -16,6 +16,7 @@ review (`review_repo.py`, `bulk_review.py`), landing parts and other stores (`la
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,6 +141,10 @@ class Store:
         with self._file.connection():
             yield self
 
+    def wait_briefly_here(self, seconds: float) -> None:
+        """The calling thread waits at most `seconds` for a store held elsewhere (StoreHeld); others wait it out."""
+        self._file.brief_waits[threading.get_ident()] = seconds
+
     def close(self) -> None:
         self._file.close()
 
@@ -231,10 +236,8 @@ class Store:
         source: str | None = None,
         profile_def: dict[str, Any] | None = None,
     ) -> None:
-        """Record (or refresh) a run's provenance: what the manifest of an export reports.
-
-        `profile_def`: the profile's fields (`profiles.profile_fields`), so a profile read from a .toml
-        file is the one `show`, the app and exports analyse the run's samples with, not a guess."""
+        """Record (or refresh) a run's provenance: what the manifest of an export reports. `profile_def`: the
+        profile's fields, so a profile read from a .toml file is the one the run's samples are analysed with."""
         run = RunProvenance(
             settings=settings,
             profile=profile,

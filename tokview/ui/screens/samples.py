@@ -142,8 +142,12 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, group="samples-poll", exit_on_error=False)
     def _poll(self) -> None:
+        from tokview.store import StoreError
+
         try:
             total = self.session.store.count_samples()
+        except StoreError:  # held, moved or replaced: the keys that need the store say so, not a poll every tick
+            return
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
         self.post_message(self.Grown(total))
