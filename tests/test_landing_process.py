@@ -599,3 +599,33 @@ def test_waiting_for_a_child_reaped_already_never_watches_the_process_its_pid_na
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_two_batches_starting_at_once_into_a_new_store_under_one_run_never_mix_their_settings(tmp_path):
+    """Both start before the store exists; the one whose settings differ from the run the other recorded first is
+    refused, and it used to have written parts by then, which the other's landing put into that run: 113 of 300
+    answers at the refused temperature, exported as the run's."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 300)
+    db = tmp_path / "race.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        runs = [
+            subprocess.Popen(
+                [*CLI, "batch", str(prompts), "--server", sim.url, "--db", str(db), "--run", "X"]
+                + ["--temperature", temperature, "--max-new-tokens", "64"],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for temperature in ("0.5", "0.9")
+        ]
+        done = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in runs]
+    assert sorted(code for code, _ in done) == [0, 1], done  # one run X, at one temperature: the other is refused
+    [refused] = [err for code, err in done if code == 1]
+    assert "choose another --run name" in refused and "Traceback" not in refused, refused
+    with Store(db) as store:
+        [(recorded,)] = store.query("SELECT json_extract_string(settings, '$.temperature') FROM runs WHERE run_id='X'")
+        stored = store.query(
+            "SELECT DISTINCT json_extract_string(settings, '$.temperature') FROM samples WHERE run_id = 'X'"
+        )
+    assert stored == [(recorded,)], (stored, recorded, done)

@@ -130,7 +130,28 @@ class LandingChild:
         return self.sink.sample_record(key, capture, analysis)
 
     def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
+        self.wait_until_recorded()
         self.sink.write_part(samples, failures)
+
+    def wait_until_recorded(self) -> None:
+        """Block until the run is recorded in the store (by the child, or here once it is gone); InputError when
+        the store's checks refuse it. Called before this process writes a part and before `--workers` children
+        start: a part is landed by whichever process lands first, so two batches starting at once into a new
+        store under one `--run` with other settings had the refused one's answers landed into the other's run.
+        The requests still go out before it (the child records the run in ~0.1 s, as the tokenizer loads)."""
+        with self._lock:
+            if self._ready:
+                return
+            if self._proc is not None and self._proc.stdout is not None and self._run is not None:
+                try:
+                    self._reply(self._proc.stdout)
+                    self._ready = True
+                    return
+                except ChildGone:
+                    self._drop(kill=True)
+            if self._run is not None:
+                self._here()  # the child is gone: the run is recorded here (or refused)
+                self._ready = True
 
     def add_server_urls(self, urls: Iterable[str]) -> None:
         """Mask these URLs' credentials in what is written here and in what the child (or this process) stores."""
@@ -199,7 +220,7 @@ class LandingChild:
         try:
             if not self._ready:
                 self._reply(proc.stdout)  # the store is open and the run recorded, or why not
-                self._ready = True
+                self._ready = True  # (`wait_until_recorded` reads it first when a part was written)
             proc.stdin.write(b'"land"\n')
             proc.stdin.flush()
         except OSError as exc:

@@ -411,6 +411,7 @@ async def _run(
                     lander=lander,
                     tallies=tallies,
                     made=groups,
+                    recorded=store.wait_until_recorded if isinstance(store, LandingChild) else None,
                 )
                 outcomes += await _share_with_children(
                     config, pool, feed, spawn=spawn, writer=writer, cancel=cancel, report=report
@@ -507,14 +508,20 @@ class _Spawn:
         lander: Lander,
         tallies: list[Any],
         made: list[WorkerGroup],
+        recorded: Callable[[], None] | None = None,
     ) -> None:
+        """`recorded`: blocks until the run is recorded in the store (a new store's landing child records it as
+        the first requests go out); children write parts, which must never land for a run the store refused."""
         self.config, self.children, self.db_path, self.run_id = config, children, db_path, run_id
-        self.lander, self.tallies, self.made = lander, tallies, made
+        self.lander, self.tallies, self.made, self.recorded = lander, tallies, made, recorded
 
     async def __call__(self, feed: WorkFeed) -> WorkerGroup | None:
         from tokview.batch.workers import WorkerGroup
 
-        group = await asyncio.get_running_loop().run_in_executor(None, WorkerGroup.spawn, self.config, self.children)
+        loop = asyncio.get_running_loop()
+        if self.recorded is not None:
+            await loop.run_in_executor(None, self.recorded)
+        group = await loop.run_in_executor(None, WorkerGroup.spawn, self.config, self.children)
         if group is not None:
             self.made.append(group)
             group.on_counts = self.lander.poke

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from tokview.batch.chains import CHAIN_STOP_PREFIX, CHAINS_STOPPED_PREFIX
 from tokview.batch.config import FLAGGED_PREFIX
+from tokview.batch.inputs import InputError
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
 from tokview.core.finding_rules import ERROR
@@ -329,7 +330,7 @@ class GroupWriter:
             self.on_part([*group.sample_ids, *(f["sample_id"] for f in group.failures)])
         try:
             self.store.write_part(group.samples, group.failures)
-        except StoreError as exc:
+        except (StoreError, InputError) as exc:  # InputError: the store refused the run (`wait_until_recorded`)
             self.error = exc
             return
         self.ok += len(group.stats)
