@@ -19,10 +19,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from run_records import record
 
 from tokview.batch.early_landing import spare_path
 from tokview.batch.landing_process import LandingChild, make_spare, take_spare
-from tokview.batch.run_record import RunRecord
 from tokview.batch.store_opener import StoreOpener
 from tokview.store import Store
 from tokview.store.blank_store import FOLDER, HEADER, IDENTIFIER, KEPT, blank_key, keep_blank
@@ -49,6 +49,18 @@ def marked_blank(where: Path, applied: str = "2001-01-01") -> Path:
         conn.execute(f"UPDATE schema_version SET applied_at = TIMESTAMP '{applied} 00:00:00'")
         conn.execute("CHECKPOINT")
     return where
+
+
+def killed_mid_write(db: Path, run_id: str) -> None:
+    """A process that wrote a run row into `db` and was killed before a checkpoint: its log is left beside it."""
+    writer = (
+        "import duckdb, os, sys\n"
+        "c = duckdb.connect(sys.argv[1])\n"
+        "c.execute('INSERT INTO runs (run_id) VALUES (?)', [sys.argv[2]])\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(db), run_id], check=False)
+    assert db.with_name(db.name + ".wal").exists()
 
 
 def tables(db: Path) -> set[str]:
@@ -108,14 +120,7 @@ def test_a_copy_is_never_linked_where_a_write_ahead_log_was_left(tmp_path, cache
     keep_blank(marked_blank(tmp_path / "marked.duckdb"))
     first = make_spare(str(db))
     assert first is not None and take_spare(first, str(db))
-    writer = (
-        "import duckdb, os, sys\n"
-        "c = duckdb.connect(sys.argv[1])\n"
-        "c.execute(\"INSERT INTO runs (run_id) VALUES ('from-the-deleted-store')\")\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    subprocess.run([sys.executable, "-c", writer, str(db)], check=False)
-    assert db.with_name("s.duckdb.wal").exists()
+    killed_mid_write(db, "from-the-deleted-store")
     db.unlink()  # the log stays
     spare = make_spare(str(db))
     assert spare is not None and "blank_marker" in tables(spare)  # a copy
@@ -135,21 +140,7 @@ def test_a_run_into_a_copy_dates_its_schema_rows_now(tmp_path, cache):
     while not spare_path(str(db), child._proc.pid).exists():
         assert time.monotonic() < deadline, "the child made no spare"
         time.sleep(0.01)
-    child.begin_run(
-        RunRecord(
-            run_id="r1",
-            settings={},
-            special={"tokenizer_special": "x", "tokenizer_special_ids": "1-2"},
-            tokenizer_name="test",
-            profile="generic",
-            tokenizer_dir=None,
-            tokenizer_hash="h",
-            template_hash=None,
-            server_info=[],
-            source=None,
-            profile_def={},
-        )
-    )
+    child.begin_run(record("r1", {}))
     child.ingest()
     child.close()
     assert "blank_marker" in tables(db)
@@ -178,14 +169,7 @@ def test_one_copys_write_ahead_log_is_refused_by_another_put_in_its_place(tmp_pa
     for db in (a, b):
         spare = make_spare(str(db))
         assert spare is not None and take_spare(spare, str(db))
-    writer = (
-        "import duckdb, os, sys\n"
-        "c = duckdb.connect(sys.argv[1])\n"
-        "c.execute(\"INSERT INTO runs (run_id) VALUES ('written-to-a')\")\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    subprocess.run([sys.executable, "-c", writer, str(a)], check=False)
-    assert a.with_name("a.duckdb.wal").exists()
+    killed_mid_write(a, "written-to-a")
     a.unlink()
     b.rename(a)
     with pytest.raises(duckdb.Error, match="WAL does not match"):

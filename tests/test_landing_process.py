@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from gated_sim import gated
 from prompt_files import prompts_file
+from run_records import record
 
 from tokview.batch import BatchConfig, BatchSummary, run_batch
 from tokview.batch.early_landing import spare_path
@@ -185,22 +186,6 @@ async def test_a_run_with_nothing_to_do_creates_no_store(tmp_path):
     assert not db.exists() and not Path(str(db) + ".parts").exists()
     assert opener.opened == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]  # nor the spare the child had made
-
-
-def record(run_id: str, settings: dict) -> RunRecord:
-    return RunRecord(
-        run_id=run_id,
-        settings=settings,
-        special={"tokenizer_special": "x", "tokenizer_special_ids": "1-2"},
-        tokenizer_name="test",
-        profile="generic",
-        tokenizer_dir=None,
-        tokenizer_hash="h",
-        template_hash=None,
-        server_info=[],
-        source=None,
-        profile_def={},
-    )
 
 
 def test_the_childs_refusal_reaches_the_batch_as_its_one_line_error(tmp_path):

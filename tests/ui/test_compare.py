@@ -59,19 +59,25 @@ def test_run_stats_count_each_run(store, tokenizer, profile):
     assert runs["run-c"]["findings"] == {code: 1 for code in {f.code for f in store.load_sample("p001@run-c").findings}}
 
 
-async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(make_app, store, tokenizer, profile):
+async def compare_second_sample(app, pilot):
+    """Open the list's second sample and compare it with its prompt's sample from another run (`d`)."""
     from tokview.ui.screens.compare import CompareScreen
+
+    await settle(app, pilot)
+    await pilot.press("down", "enter")
+    await settle(app, pilot)
+    await pilot.press("d")
+    await settle(app, pilot)
+    assert isinstance(app.screen, CompareScreen)
+    return app.screen
+
+
+async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(make_app, store, tokenizer, profile):
 
     other, position = add_sibling(store, tokenizer, profile)
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("down", "enter")
-        await settle(app, pilot)
-        await pilot.press("d")
-        await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        screen = await compare_second_sample(app, pilot)
         assert screen.compared is not None
         assert screen.compared.right.sample_id == other
         assert screen.compared.diff.first == position
@@ -131,18 +137,11 @@ async def test_the_stats_panel_lists_each_run(make_app, store):
 
 async def test_both_sides_of_a_compare_are_exactly_as_wide_at_any_width(make_app, store, tokenizer, profile):
     """Two `1fr` panes left the right side a cell narrower (its divider): the same ids wrapped at other places."""
-    from tokview.ui.screens.compare import CompareScreen
 
     add_sibling(store, tokenizer, profile)
     for width in (80, 81, 120):
         app = make_app()
         async with app.run_test(size=(width, 24)) as pilot:
-            await settle(app, pilot)
-            await pilot.press("down", "enter")
-            await settle(app, pilot)
-            await pilot.press("d")
-            await settle(app, pilot)
-            screen = app.screen
-            assert isinstance(screen, CompareScreen)
+            screen = await compare_second_sample(app, pilot)
             assert screen.left.content_region.width == screen.right.content_region.width, width
             assert screen.left.content_region.width == (width - 1) // 2
