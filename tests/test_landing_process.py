@@ -614,3 +614,24 @@ def test_two_batches_starting_at_once_into_a_new_store_under_one_run_never_mix_t
             "SELECT DISTINCT json_extract_string(settings, '$.temperature') FROM samples WHERE run_id = 'X'"
         )
     assert stored == [(recorded,)], (stored, recorded, done)
+
+
+def test_a_store_held_as_the_run_begins_still_keeps_every_answer_and_records_the_run_at_the_next_landing(tmp_path):
+    """The child says "held" (another program held the new store past the wait) and ends: that is no refusal. Parts
+    are still written, and the first landing that gets the store records the run; `wait_until_recorded` raised
+    StoreHeld, the writer dropped its group and the summary said the answers were kept."""
+    db = tmp_path / "held.duckdb"
+    child = LandingChild(StoreOpener(db))
+    held = json.dumps({"error": "held", "message": f"the store {db} is in use by python (pid 1): gave up after 1s"})
+    child._proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stdin.readline(); print({held!r}, flush=True)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    child.begin_run(record("r1", {"temperature": 0.0}))
+    child.wait_until_recorded()  # returns: the answers may be written
+    assert child._proc is None
+    assert child.ingest() == (0, 0)  # lands here, recording the run first
+    child.close()
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("r1",)]

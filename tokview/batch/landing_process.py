@@ -138,7 +138,12 @@ class LandingChild:
         the store's checks refuse it. Called before this process writes a part and before `--workers` children
         start: a part is landed by whichever process lands first, so two batches starting at once into a new
         store under one `--run` with other settings had the refused one's answers landed into the other's run.
-        The requests still go out before it (the child records the run in ~0.1 s, as the tokenizer loads)."""
+        The requests still go out before it (the child records the run in ~0.1 s, as the tokenizer loads).
+
+        A store another program held past the wait is no refusal: parts are written as before (the answers are
+        kept), and the run is recorded by the first landing that gets the store (`_here`)."""
+        from tokview.store.errors import StoreHeld
+
         with self._lock:
             if self._ready:
                 return
@@ -149,8 +154,15 @@ class LandingChild:
                     return
                 except ChildGone:
                     self._drop(kill=True)
+                except StoreHeld:  # said before the run was recorded, the child has ended: land here from now on
+                    self._drop(kill=False)
+                    self._ready = True
+                    return
             if self._run is not None:
-                self._here()  # the child is gone: the run is recorded here (or refused)
+                try:
+                    self._here()  # the child is gone: the run is recorded here (or refused)
+                except StoreHeld:
+                    pass
                 self._ready = True
 
     def add_server_urls(self, urls: Iterable[str]) -> None:

@@ -470,9 +470,6 @@ class StoreFile:
         self.linger = linger
         self.memory = path == ":memory:"
         self.lock = threading.RLock()
-        self.brief_waits: dict[int, float] = {}
-        """Threads (by ident) that wait at most these seconds for the store, whatever `lock_timeout` says: the app's
-        UI thread (`Store.wait_briefly_here`), where a wait freezes every key and repaint."""
         self.depth = 0
         """How many operations of this process use the open connection now (it is closed only at 0)."""
         self.read_only = False
@@ -534,7 +531,7 @@ class StoreFile:
 
         A Ctrl-C during the opening itself is delivered once the connection is this StoreFile's (`_ctrl_c_after`),
         so whatever it interrupts finds it counted and closable; during the waits it is delivered at once."""
-        wait = LockWait(self.path, self.brief_waits.get(threading.get_ident(), self.lock_timeout), self.on_wait)
+        wait = LockWait(self.path, self.lock_timeout, self.on_wait)
         while True:
             try:
                 with _ctrl_c_after(), _OPEN_HERE_LOCK:  # no header check opens the file while DuckDB takes its lock
@@ -594,7 +591,7 @@ class StoreFile:
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The open connection for one operation: opened here unless an enclosing operation keeps one."""
-        with self._locked():
+        with self.lock:
             conn = self._connect()
             self.depth += 1
             try:
@@ -602,21 +599,6 @@ class StoreFile:
             finally:
                 self.depth -= 1
                 self.release()
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """This process's lock on the file; a thread that waits briefly gives up on it as on the file: another of
-        this process's threads may hold it while it waits, up to `lock_timeout`, for a program holding the file."""
-        brief = self.brief_waits.get(threading.get_ident())
-        if not self.lock.acquire(timeout=-1 if brief is None else brief):
-            raise StoreHeld(
-                f"the store {self.path} is busy: this process is waiting for another program that holds it "
-                "(try again when it finishes)"
-            )
-        try:
-            yield
-        finally:
-            self.lock.release()
 
     @contextmanager
     def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -16,7 +16,6 @@ review (`review_repo.py`, `bulk_review.py`), landing parts and other stores (`la
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,10 +139,6 @@ class Store:
         """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""
         with self._file.connection():
             yield self
-
-    def wait_briefly_here(self, seconds: float) -> None:
-        """The calling thread waits at most `seconds` for a store held elsewhere (StoreHeld); others wait it out."""
-        self._file.brief_waits[threading.get_ident()] = seconds
 
     def close(self) -> None:
         self._file.close()

@@ -2,8 +2,7 @@
 
 The app renders and dispatches. Data work goes through the store, core analysis, the batch runner and
 the doctor, in workers that post messages; handlers here own every state change. Verdicts are written
-to the store synchronously on the key press that makes them, so a crash right after loses none; while another
-program holds the store, such a call gives up after KEY_WAIT_S and says so (nothing is recorded). A worker
+to the store synchronously on the key press that makes them, so a crash right after loses none. A worker
 that fails reaches one handler here (`on_worker_state_changed`), which notifies; workers catch nothing.
 """
 
@@ -88,8 +87,6 @@ class NextFound(Message):
 
 
 STORE_TROUBLE = (StoreError, UnknownSample)
-KEY_WAIT_S = 1.0
-"""How long a key's store call on the UI thread waits for a store another program holds (then: press it again)."""
 """What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
 
 
@@ -131,9 +128,6 @@ class TokviewApp(App[None]):
         )
 
     def on_mount(self) -> None:
-        # A key's store call waits KEY_WAIT_S for a store another program holds, then says so: it waited the
-        # store's whole timeout (15 s), and every key and repaint with it, without a word. Workers wait it out.
-        self.session.store.wait_briefly_here(KEY_WAIT_S)
         self.theme = self.config.theme  # checked against the available themes when the config was read
         if self.config.keymap:
             self.set_keymap(self.config.keymap)
