@@ -75,15 +75,17 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             self.generation, self.count, self.total = generation, count, total
 
     class Grown(Message):
-        """The store's whole count, read by the poll."""
+        """The store's whole count, read by the poll while the list was read as of `generation`."""
 
-        def __init__(self, total: int) -> None:
+        def __init__(self, generation: int, total: int) -> None:
             super().__init__()
-            self.total = total
+            self.generation, self.total = generation, total
 
     poll_s = 2.0
-    """How often the store's whole count is read (one cheap query, in a worker): a batch or proxy writing into the
-    store meanwhile left the list and its title at the count of the last read, without a word."""
+    """How often the store's files are looked at (`os.stat`, no DuckDB): a batch or proxy writing into the store
+    meanwhile left the list and its title at the count of the last read, without a word. Only when the file, its
+    log or its parts folder changed is the store's count read (in a worker): a poll that opened the store every
+    tick had other programs' connections refused while the app sat idle."""
 
     class Choices(Message):
         def __init__(self, codes: list[str], runs: list[str], tags: list[tuple[str, int]]) -> None:
@@ -102,6 +104,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         """The store's whole count when the list was last read."""
         self._total_now = 0
         self._polling = False
+        self._files_seen: tuple[int, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
@@ -132,16 +135,34 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     @work(thread=True, exclusive=True, group="samples-count", exit_on_error=False)
     def _count(self, generation: int, filters: SampleFilter) -> None:
         store = self.session.store
-        self.post_message(self.Counted(generation, store.count_samples(filters), store.count_samples()))
+        total = store.count_samples()  # first: a sample landing between the two reads is counted as new, not lost
+        self.post_message(self.Counted(generation, store.count_samples(filters), total))
 
     def _poll_unless_polling(self) -> None:
-        """One poll at a time: a store another program holds keeps one waiting, not one more every tick."""
-        if not self._polling:
-            self._polling = True
-            self._poll()
+        """One poll at a time, and only once the store's files changed since the last one."""
+        seen = self._files_now()
+        if self._polling or seen == self._files_seen:
+            return
+        self._files_seen = seen
+        self._polling = True
+        self._poll(self._generation)
+
+    def _files_now(self) -> tuple[int, ...]:
+        store = self.session.store
+        if store.path == ":memory:":
+            return ()
+        path = Path(store.path).expanduser()
+        seen: list[int] = []
+        for file in (path, path.with_name(path.name + ".wal"), store.parts_dir):
+            try:
+                info = file.stat()
+                seen += [info.st_mtime_ns, info.st_size]
+            except OSError:
+                seen += [0, 0]
+        return tuple(seen)
 
     @work(thread=True, group="samples-poll", exit_on_error=False)
-    def _poll(self) -> None:
+    def _poll(self, generation: int) -> None:
         from tokview.store import StoreError
 
         try:
@@ -150,10 +171,12 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             return
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
-        self.post_message(self.Grown(total))
+        self.post_message(self.Grown(generation, total))
 
     @on(Grown)
     def _grown(self, event: Grown) -> None:
+        if event.generation != self._generation:  # read before the list was read again: its count is older
+            return
         if event.total != self._total_now:
             self._total_now = event.total
             self._update_title()
