@@ -136,6 +136,24 @@ async def test_auto_advance_opens_the_next_pending_sample_after_a_verdict(make_a
         assert app.config.auto_advance is False
 
 
+async def test_auto_advance_moves_on_from_a_sample_that_had_the_verdict_already(make_app, store):
+    """Approving an approved sample records nothing; with auto-advance it still moves on, as a reviewer pressing
+    `a` down the samples expects (it stayed put)."""
+    from tokview.ui.config import UIConfig
+
+    store.record_verdict("p001@demo_gen0", "approved")
+    app = make_app(UIConfig(auto_advance=True))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "enter")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == "p001@demo_gen0"
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == "p002@demo_gen0"
+    assert len(store.load_sample("p001@demo_gen0").history) == 1
+
+
 def test_auto_advance_is_read_from_the_config(tmp_path):
     from tokview.errors import TokviewError
     from tokview.ui.config import load_config

@@ -268,6 +268,12 @@ class TokviewApp(App[None]):
                 # verdict moves the sample in the list or out of it: read again, so `]` and the cursor count its rows
                 self.samples_screen.reload()
 
+    def _had_it_already(self, said: str) -> None:
+        """A verdict the sample has already: nothing is recorded, and auto-advance moves on as after a new one."""
+        self.notify(said, timeout=2)
+        if isinstance(self.screen, InspectScreen) and self.config.auto_advance:
+            self.call_later(self.run_action, "next_unreviewed")
+
     def _store_failed(self, exc: StoreError | UnknownSample) -> None:
         title, message = failure_notice(exc)
         self.notify(message, title=title, severity="error", timeout=8)
@@ -366,7 +372,7 @@ class TokviewApp(App[None]):
             self._store_failed(exc)
             return
         if stored.says_already("approved"):
-            self.notify(f"{target[0]}: approved already · nothing recorded", timeout=2)
+            self._had_it_already(f"{target[0]}: approved already · nothing recorded")
             return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
         if not errors:
@@ -407,7 +413,7 @@ class TokviewApp(App[None]):
                     self._store_failed(exc)
                     return
                 if stored.says_already("rejected", reason):
-                    self.notify(f"{target[0]}: rejected already ({reason}) · nothing recorded", timeout=2)
+                    self._had_it_already(f"{target[0]}: rejected already ({reason}) · nothing recorded")
                     return
                 self._record_verdict(target, "rejected", reason=reason)
                 return
