@@ -59,17 +59,23 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
     if len(named) == 1:
         return store.load_sample(named[0])
     if named:
-        shown = ", ".join(printable_line(n) for n in named[:5]) + (", …" if len(named) > 5 else "")
-        raise UserError(f"{len(named)} samples have the export row id {given!r} (other runs): give one of {shown}")
+        raise UserError(
+            f"{len(named)} samples have the export row id {given!r} (other runs): give one of {_first_few(named)}"
+        )
     of_prompt = [
         r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY sample_id", [given])
     ]
     if of_prompt:  # a conversation's prompt id names its turns, none of them alone
-        shown = ", ".join(printable_line(n) for n in of_prompt[:5]) + (", …" if len(of_prompt) > 5 else "")
         raise UserError(
-            f"{given!r} is a prompt id with {len(of_prompt)} samples (turns, generations or runs): give one of {shown}"
+            f"{given!r} is a prompt id with {len(of_prompt)} samples (turns, generations or runs): give one of "
+            f"{_first_few(of_prompt)}"
         )
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
+
+
+def _first_few(sample_ids: list[str]) -> str:
+    """The first five ids, printable, then `…` when there are more."""
+    return ", ".join(printable_line(n) for n in sample_ids[:5]) + (", …" if len(sample_ids) > 5 else "")
 
 
 def _row_id_parses(given: str) -> list[tuple[str, int | None, int, str | None]]:

@@ -43,13 +43,17 @@ def is_disk_full(exc: BaseException) -> bool:
     """Whether an OS or DuckDB error says the disk (or the user's quota, or the file size limit) has no more room.
     A file size limit (`ulimit -f`: "File too large") stopped a batch with DuckDB's raw error and no summary, where
     a full disk stops it early and says how to land what is kept."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(exc).lower()
-    return "no space left on device" in text or "disk quota exceeded" in text or "file too large" in text
+    return "no space left on device" in text or "disk quota exceeded" in text or _too_large(exc)
 
 
 def no_room_said(exc: BaseException) -> str:
     """How the error is said: `no space left on device`, or the file size limit it hit."""
-    too_large = (isinstance(exc, OSError) and exc.errno == errno.EFBIG) or "file too large" in str(exc).lower()
-    return "file too large (a file size limit, `ulimit -f`)" if too_large else "no space left on device"
+    return "file too large (a file size limit, `ulimit -f`)" if _too_large(exc) else "no space left on device"
+
+
+def _too_large(exc: BaseException) -> bool:
+    """The file size limit, as the OS says it (EFBIG) or as DuckDB words it."""
+    return (isinstance(exc, OSError) and exc.errno == errno.EFBIG) or "file too large" in str(exc).lower()

@@ -231,8 +231,10 @@ class Store:
         source: str | None = None,
         profile_def: dict[str, Any] | None = None,
     ) -> None:
-        """Record (or refresh) a run's provenance: what the manifest of an export reports. `profile_def`: the
-        profile's fields, so a profile read from a .toml file is the one the run's samples are analysed with."""
+        """Record (or refresh) a run's provenance: what the manifest of an export reports.
+
+        `profile_def`: the profile's fields (`profiles.profile_fields`), so a profile read from a .toml
+        file is the one `show`, the app and exports analyse the run's samples with, not a guess."""
         run = RunProvenance(
             settings=settings,
             profile=profile,

@@ -274,6 +274,14 @@ class TokviewApp(App[None]):
         if isinstance(self.screen, InspectScreen) and self.config.auto_advance:
             self.call_later(self.run_action, "next_unreviewed")
 
+    def _stored_or_said(self, sample_id: str) -> StoredSample | None:
+        """The sample as stored now; None after saying why it cannot be read (held, moved, removed)."""
+        try:
+            return self.session.store.load_sample(sample_id)
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return None
+
     def _store_failed(self, exc: StoreError | UnknownSample) -> None:
         title, message = failure_notice(exc)
         self.notify(message, title=title, severity="error", timeout=8)
@@ -313,12 +321,9 @@ class TokviewApp(App[None]):
             self.samples_screen.clear_marks()
             self.samples_screen.action_reload()
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id in set(sample_ids):
-            try:
-                stored = self.session.store.load_sample(self.screen.data.sample_id)
-            except STORE_TROUBLE as exc:  # made, but held again since: the change stands, its lines wait for ctrl+r
-                self._store_failed(exc)
-                return
-            self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
+            stored = self._stored_or_said(self.screen.data.sample_id)  # None: the change stands, ctrl+r shows it
+            if stored is not None:
+                self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
 
     def _confirm(self, question: str, detail: str, then: Callable[[], None]) -> None:
         self.push_screen(Confirm(question, detail), lambda yes: then() if yes else None)
@@ -366,10 +371,8 @@ class TokviewApp(App[None]):
         target = self._target()
         if target is None:
             return
-        try:
-            stored = self.session.store.load_sample(target[0])
-        except STORE_TROUBLE as exc:
-            self._store_failed(exc)
+        stored = self._stored_or_said(target[0])
+        if stored is None:
             return
         if stored.says_already("approved"):
             self._had_it_already(f"{target[0]}: approved already · nothing recorded")
@@ -407,10 +410,8 @@ class TokviewApp(App[None]):
             if not reason:
                 return
             if target is not None:
-                try:
-                    stored = store.load_sample(target[0])
-                except STORE_TROUBLE as exc:
-                    self._store_failed(exc)
+                stored = self._stored_or_said(target[0])
+                if stored is None:
                     return
                 if stored.says_already("rejected", reason):
                     self._had_it_already(f"{target[0]}: rejected already ({reason}) · nothing recorded")

@@ -168,7 +168,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         try:
             total = self.session.store.count_samples()
         except StoreError:  # held, moved or replaced: the keys that need the store say so, not a poll every tick
-            return
+            return  # not tried again until the files change: a retry every tick kept a thread waiting on the holder
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
         self.post_message(self.Grown(generation, total))
