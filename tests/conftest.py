@@ -190,17 +190,10 @@ def vllm_sim() -> Iterator[Any]:
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A real 20 MB tmpfs, unmounted afterwards whatever happens (skipped where mounting needs rights the tests lack)."""
-    mountpoint = tmp_path / "disk"
-    mountpoint.mkdir()
-    tried = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)], capture_output=True, text=True
-    )
-    if tried.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {tried.stderr.strip()}")
-    try:
+    from mounts import tmpfs
+
+    with tmpfs(tmp_path / "disk", "20m") as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
 @pytest.fixture

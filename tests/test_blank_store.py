@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from mounts import tmpfs
 from run_records import record
 
 from tokview.batch.early_landing import spare_path
@@ -226,20 +227,13 @@ def test_a_damaged_blank_is_replaced_not_left_to_stop_every_later_copy(tmp_path,
 def test_a_cache_duckdb_cannot_write_in_still_makes_every_spare(tmp_path, monkeypatch):
     """DuckDB's own error in the cache (full, unlockable) is no OSError: it reached `make_spare`'s catch-all, which
     threw the good spare away, on every run."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip("no tmpfs can be mounted here")
-    try:
+    with tmpfs(tmp_path / "disk", "8k") as disk:
         monkeypatch.setenv("TOKVIEW_CACHE", str(disk))
         for name in ("a", "b"):
             spare = make_spare(str(tmp_path / f"{name}.duckdb"))
             assert spare is not None and take_spare(spare, str(tmp_path / f"{name}.duckdb"))
             with Store(tmp_path / f"{name}.duckdb") as store:
                 assert store.query("SELECT count(*) FROM runs") == [(0,)]
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])
 
 
 def test_batches_that_keep_a_blank_at_once_leave_one_of_their_key_and_others_keys_alone(tmp_path):

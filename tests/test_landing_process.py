@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from gated_sim import gated
+from mounts import tmpfs
 from prompt_files import prompts_file
 from run_records import record
 
@@ -399,19 +400,12 @@ def test_a_spare_is_made_afresh_and_never_for_a_tilde_path(tmp_path, monkeypatch
 def test_a_spare_that_cannot_be_written_whole_is_not_used(tmp_path):
     """On a nearly full disk the schema stayed in the spare's write-ahead log, which is not linked: the store put in
     place was an empty DuckDB file, and the run then failed for the room the spare had taken."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip("no tmpfs can be mounted here")
-    try:
+    with tmpfs(tmp_path / "disk", "3m") as disk:
         ballast = disk / "ballast"
         free = os.statvfs(disk)
         ballast.write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 300 * 1024))
         assert make_spare(str(disk / "s.duckdb")) is None
         assert sorted(p.name for p in disk.iterdir()) == ["ballast"]
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])
 
 
 def _held_elsewhere(db: Path) -> subprocess.Popen[str]:

@@ -85,10 +85,10 @@ async def steady(app: Any, pilot: Any, tries: int = 20) -> None:
         before = now
 
 
-async def open_first(app: Any, pilot: Any) -> str:
-    """Open the list's first sample in the inspect screen; its sample id."""
+async def open_first(app: Any, pilot: Any, *, past: int = 0) -> str:
+    """Open the list's first sample (or the one `past` rows below it) in the inspect screen; its sample id."""
     await settle(app, pilot)
-    await pilot.press("enter")
+    await pilot.press(*["down"] * past, "enter")
     await settle(app, pilot)
     assert isinstance(app.screen, InspectScreen)
     return app.screen.data.sample_id

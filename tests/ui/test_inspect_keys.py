@@ -4,7 +4,7 @@ and auto-advance across samples."""
 from __future__ import annotations
 
 from facts import THINK_CLOSE
-from ui.helpers import InspectApp, settle
+from ui.helpers import InspectApp, open_first, settle
 
 from tokview.ui import goto
 from tokview.ui.display import served_seq
@@ -111,10 +111,7 @@ async def test_auto_advance_opens_the_next_pending_sample_after_a_verdict(make_a
 
     app = make_app(UIConfig(auto_advance=True))
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("down", "enter")
-        await settle(app, pilot)
-        assert app.screen.data.sample_id == "p001@demo_gen0"
+        assert await open_first(app, pilot, past=1) == "p001@demo_gen0"
         await pilot.press("r")
         await settle(app, pilot)
         await pilot.press("enter")  # the first reason
@@ -144,10 +141,7 @@ async def test_auto_advance_moves_on_from_a_sample_that_had_the_verdict_already(
     store.record_verdict("p001@demo_gen0", "approved")
     app = make_app(UIConfig(auto_advance=True))
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("down", "enter")
-        await settle(app, pilot)
-        assert app.screen.data.sample_id == "p001@demo_gen0"
+        assert await open_first(app, pilot, past=1) == "p001@demo_gen0"
         await pilot.press("a")
         await settle(app, pilot)
         assert app.screen.data.sample_id == "p002@demo_gen0"
