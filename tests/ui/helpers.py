@@ -104,6 +104,29 @@ def add_sibling(store: Any, tokenizer: Any, profile: Any, changed_at: int = 3) -
     return "p001@run-c", len(capture.prompt_ids) + changed_at
 
 
+async def refused_connects(pilot: Any, path: str, tries: int = 150) -> int:
+    """How many of `tries` plain `duckdb.connect`s to `path` another process had refused while the app ran on
+    (what a batch, the proxy's landing or a notebook meets when an open screen holds the store)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import duckdb, sys\n"
+        "refused = 0\n"
+        f"for _ in range({tries}):\n"
+        "    try:\n"
+        "        duckdb.connect(sys.argv[1]).close()\n"
+        "    except duckdb.Error:\n"
+        "        refused += 1\n"
+        "print(refused)\n"
+    )
+    other = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE, text=True)
+    while other.poll() is None:
+        await pilot.pause(0.05)
+    assert other.stdout is not None
+    return int(other.stdout.read().strip())
+
+
 class InspectApp(App[None]):
     """An app showing only the inspect screen of `data`, with the real stylesheet."""
 

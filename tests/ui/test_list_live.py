@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ui.helpers import add_sibling, settle
+from ui.helpers import add_sibling, refused_connects, settle
 
 
 async def test_the_list_says_when_the_store_grew_since_it_was_read(make_app, store, tokenizer, profile, monkeypatch):
@@ -30,9 +30,6 @@ async def test_the_list_says_when_the_store_grew_since_it_was_read(make_app, sto
 async def test_an_idle_list_never_takes_the_store_from_other_programs(make_app, store, monkeypatch):
     """A poll that read the count every tick opened the store each time: another program's `duckdb.connect` was
     refused 38 times in 300 while the app sat idle. The poll now looks at the files, and reads only on a change."""
-    import subprocess
-    import sys
-
     from tokview.ui.screens.samples import SamplesScreen
 
     monkeypatch.setattr(SamplesScreen, "poll_s", 0.02)
@@ -40,23 +37,4 @@ async def test_an_idle_list_never_takes_the_store_from_other_programs(make_app, 
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
-        other = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import duckdb, sys\n"
-                "refused = 0\n"
-                "for _ in range(150):\n"
-                "    try:\n"
-                "        duckdb.connect(sys.argv[1]).close()\n"
-                "    except duckdb.Error:\n"
-                "        refused += 1\n"
-                "print(refused)\n",
-                str(store.path),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        while other.poll() is None:
-            await pilot.pause(0.05)
-        assert other.stdout is not None and other.stdout.read().strip() == "0"
+        assert await refused_connects(pilot, str(store.path)) == 0

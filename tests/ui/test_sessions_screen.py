@@ -155,6 +155,27 @@ async def test_a_store_moved_away_while_the_list_is_open_is_said_once_and_never_
         assert not db.exists()
 
 
+async def test_an_open_sessions_list_never_takes_the_store_from_the_proxy(
+    recorded, tmp_path, tokenizer, profile, monkeypatch
+):
+    """The screen read `sessions_version` every second, opening the store each time: the proxy's own landings (and
+    any other program) met a held store while the list merely sat open. It now looks at the files, and reads
+    only when they changed."""
+    from ui.helpers import refused_connects
+
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    monkeypatch.setattr(SessionsScreen, "poll_s", 0.02)
+    db = tmp_path / "idle.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
+        assert await refused_connects(pilot, str(db)) == 0
+
+
 def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_every_session(recorded, tmp_path) -> None:
     """bob's two requests failed (HTTP 500): his session was not listed at all (the list began from the samples), and
     the summary totalled only the listed rows (at most MAX_SESSIONS)."""

@@ -24,6 +24,7 @@ from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
 from tokview.ui.search_terms import parse_search
 from tokview.ui.selection import Marks
+from tokview.ui.store_files import StoreFilesWatch
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.widgets.select import Select
@@ -104,7 +105,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         """The store's whole count when the list was last read."""
         self._total_now = 0
         self._polling = False
-        self._files_seen: tuple[int, ...] = ()
+        self._files = StoreFilesWatch(session.store)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
@@ -135,31 +136,16 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     @work(thread=True, exclusive=True, group="samples-count", exit_on_error=False)
     def _count(self, generation: int, filters: SampleFilter) -> None:
         store = self.session.store
+        self._files.reading()  # the poll reads only after the files change from here
         total = store.count_samples()  # first: a sample landing between the two reads is counted as new, not lost
         self.post_message(self.Counted(generation, store.count_samples(filters), total))
 
     def _poll_unless_polling(self) -> None:
         """One poll at a time, and only once the store's files changed since the last one."""
-        seen = self._files_now()
-        if self._polling or seen == self._files_seen:
+        if self._polling or not self._files.changed():
             return
-        self._files_seen = seen
         self._polling = True
         self._poll(self._generation)
-
-    def _files_now(self) -> tuple[int, ...]:
-        store = self.session.store
-        if store.path == ":memory:":
-            return ()
-        path = Path(store.path).expanduser()
-        seen: list[int] = []
-        for file in (path, path.with_name(path.name + ".wal"), store.parts_dir):
-            try:
-                info = file.stat()
-                seen += [info.st_mtime_ns, info.st_size]
-            except OSError:
-                seen += [0, 0]
-        return tuple(seen)
 
     @work(thread=True, group="samples-poll", exit_on_error=False)
     def _poll(self, generation: int) -> None:
@@ -168,7 +154,8 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         try:
             total = self.session.store.count_samples()
         except StoreError:  # held, moved or replaced: the keys that need the store say so, not a poll every tick
-            return  # not tried again until the files change: a retry every tick kept a thread waiting on the holder
+            self._files.read_failed()  # tried again on a change, or in 30 s: every tick kept a thread on the holder
+            return
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
         self.post_message(self.Grown(generation, total))

@@ -4,9 +4,11 @@
 has grown, output tokens, findings, failed requests), the most recently active first. `SessionTurnsScreen`
 shows one session's turns in order; enter opens a turn in the inspect screen (escape comes back here).
 
-Live: while a screen is open it reads `sessions_version` every `poll_s` in a worker (one cheap query) and
-reloads when the proxy landed a turn or a failure, or a turn was reviewed. Reads happen in thread workers
-(the SQL is in `store/sessions_query.py`); handlers on the UI thread own the tables.
+Live: while a screen is open it looks at the store's files every `poll_s` (`StoreFilesWatch`: `os.stat`, no
+DuckDB), and only when they changed reads `sessions_version` in a worker, reloading when the proxy landed a turn
+or a failure, or a turn was reviewed. A query every tick took the store from the proxy's own landings while the
+screen sat open. Reads happen in thread workers (the SQL is in `store/sessions_query.py`); handlers on the UI
+thread own the tables.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tokview.store.sessions_query import (
 )
 from tokview.ui.bindings import bindings
 from tokview.ui.display import capped, cell, plain
+from tokview.ui.store_files import StoreFilesWatch
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.widgets.table_sync import sync_rows
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from tokview.ui.session import Session
 
 POLL_S = 1.0
-"""How often an open sessions screen asks whether the store changed (the proxy lands within ~0.5 s)."""
+"""How often an open sessions screen looks at the store's files (the proxy lands within ~0.5 s)."""
 
 SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings", "invalid", "failed", "last turn")
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
@@ -97,6 +100,8 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
         self._version: tuple[object, ...] | None = None
         self._trouble = False
         """The last poll could not read the store (said once)."""
+        self._files = StoreFilesWatch(session.store)
+        self._polling = False
         self.loads = 0
         """Loads shown so far (what the tests wait on)."""
         self._shown: dict[str, tuple[str | Text, ...]] = {}
@@ -104,7 +109,7 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
 
     def on_mount(self) -> None:
         self.action_reload()
-        self.set_interval(self.poll_s, self._poll)
+        self.set_interval(self.poll_s, self._poll_on_change)
 
     def action_reload(self) -> None:
         self._load()
@@ -114,6 +119,7 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, exclusive=True, group="sessions-load", exit_on_error=False)
     def _load(self) -> None:
+        self._files.reading()
         self._version = sessions_version(self.session.store)  # read first: a turn landing meanwhile reloads
         self.post_message(self.read_rows())
 
@@ -121,15 +127,25 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
         """The screen's rows as its Loaded message (worker thread)."""
         raise NotImplementedError
 
-    @work(thread=True, exclusive=True, group="sessions-poll", exit_on_error=False)
+    def _poll_on_change(self) -> None:
+        """One poll at a time, and only once the store's files changed since the last one."""
+        if self._polling or not self._files.changed():
+            return
+        self._polling = True
+        self._poll()
+
+    @work(thread=True, group="sessions-poll", exit_on_error=False)
     def _poll(self) -> None:
         try:
             version = sessions_version(self.session.store)
-        except StoreError as exc:  # deleted, moved, replaced: said once, not every poll (it polls on: it may be back)
+        except StoreError as exc:  # deleted, moved, replaced, held: said once, not every poll (it may be back)
+            self._files.read_failed()
             if not self._trouble:
                 self._trouble = True
                 self.app.call_from_thread(self.app.notify, str(exc), title="store", severity="error", timeout=8)
             return
+        finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
+            self._polling = False
         self._trouble = False
         if self._version is not None and version != self._version:
             self.post_message(self.Changed())
