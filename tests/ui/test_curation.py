@@ -253,6 +253,22 @@ async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):
         assert "same as p007" not in review
 
 
+async def test_a_long_reject_reason_keeps_the_notes_in_view_at_80_columns(make_app, store):
+    """The review line wrapped a long reason over its three rows at 80×24, and the notes below it were cut."""
+    from textual.geometry import Region
+
+    store.record_verdict("p000@demo_gen0", "rejected", reason="the answer repeats itself " * 8, who="alice")
+    store.add_note("p000@demo_gen0", "same as p007", who="bob")
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_first(app, pilot)
+        review = app.screen.query_one("#inspect-review")
+        lines = [s.text for s in review.render_lines(Region(0, 0, review.size.width, review.size.height))]
+        assert len(lines) == 2, lines
+        assert lines[0].rstrip().endswith("…") and "rejected by alice" in lines[0]
+        assert "note: same as p007" in lines[1]
+
+
 def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):
     from tokview.commands.ui import reviewer_name
 

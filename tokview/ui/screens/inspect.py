@@ -89,7 +89,7 @@ def review_text(
 ) -> Text:
     """The latest live verdict (who, when, why, override) and the notes: what earlier reviewers said."""
     roles = roles or {}
-    text = Text()
+    text = Text(no_wrap=True, overflow="ellipsis")  # a line each (the CSS's nowrap): a long reason hid the notes
     live = [h for h in history if h.get("kind") == "verdict" and not h.get("undone")]
     if live:
         h = live[-1]
@@ -162,7 +162,8 @@ class InspectScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="inspect-title")
-        yield Static(id="inspect-review")
+        with Vertical(id="inspect-review-box"):  # its padding: Textual drops the "…" of a padded nowrap line
+            yield Static(id="inspect-review")
         with Horizontal(id="panes"):
             with Vertical(classes="pane"):
                 yield Label(self._served_label(), classes="pane-label", id="served-label")
