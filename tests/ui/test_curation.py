@@ -267,6 +267,11 @@ async def test_a_long_reject_reason_keeps_the_notes_in_view_at_80_columns(make_a
         assert len(lines) == 2, lines
         assert lines[0].rstrip().endswith("…") and "rejected by alice" in lines[0]
         assert "note: same as p007" in lines[1]
+        assert "the answer repeats itself " * 8 in str(review.tooltip)  # the whole reason, for the mouse
+        await pilot.press("u")  # the note taken back: the reason may wrap again
+        await pilot.pause()
+        lines = [s.text for s in review.render_lines(Region(0, 0, review.size.width, review.size.height))]
+        assert len(lines) > 2 and "…" not in lines[0], lines
 
 
 def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):

@@ -89,7 +89,7 @@ def review_text(
 ) -> Text:
     """The latest live verdict (who, when, why, override) and the notes: what earlier reviewers said."""
     roles = roles or {}
-    text = Text(no_wrap=True, overflow="ellipsis")  # a line each (the CSS's nowrap): a long reason hid the notes
+    text = Text()
     live = [h for h in history if h.get("kind") == "verdict" and not h.get("undone")]
     if live:
         h = live[-1]
@@ -162,7 +162,7 @@ class InspectScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="inspect-title")
-        with Vertical(id="inspect-review-box"):  # its padding: Textual drops the "…" of a padded nowrap line
+        with Vertical(id="inspect-review-box"):  # the padding (app.tcss: a padded nowrap line lost its "…")
             yield Static(id="inspect-review")
         with Horizontal(id="panes"):
             with Vertical(classes="pane"):
@@ -197,7 +197,10 @@ class InspectScreen(Screen[None]):
         """Title and review line, coloured for the current theme."""
         d = self.data
         self.query_one("#inspect-title", Static).update(self._title())
-        self.query_one("#inspect-review", Static).update(review_text(d.status, d.history, d.notes, self._roles()))
+        review = self.query_one("#inspect-review", Static)
+        review.update(review_text(d.status, d.history, d.notes, self._roles()))
+        review.set_class(bool(d.notes), "-with-notes")  # a line each then: a long reason wrapped and hid the notes
+        review.tooltip = review_text(d.status, d.history, d.notes) if d.notes else None
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
