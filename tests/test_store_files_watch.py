@@ -29,29 +29,46 @@ def test_a_failed_read_is_tried_again_after_the_retry_time_even_with_no_change(t
     next write to show what landed while the store was held."""
     store = Store(str(tmp_path / "s.duckdb"))
     store.close()
-    watch = StoreFilesWatch(store, retry_s=0.05)
+    watch = StoreFilesWatch(store, retry_s=0.5)
     assert watch.changed()
     watch.read_failed()
     assert not watch.changed()  # not every tick: each read waits on the holder
-    time.sleep(0.06)
+    time.sleep(0.6)
     assert watch.changed()
     assert not watch.changed()  # once
 
 
-def test_an_in_memory_store_is_read_once() -> None:
+def test_an_in_memory_store_is_read_at_every_look() -> None:
+    """No file and no other program: the app's own writes (a turn reviewed) are all there is to see."""
     watch = StoreFilesWatch(Store(":memory:"))
-    assert watch.changed()
-    assert not watch.changed()
+    assert watch.changed() and watch.changed()
 
 
-def test_a_screen_that_just_read_the_store_does_not_read_it_again_at_its_first_tick(tmp_path: Path) -> None:
-    """The samples list under an open sessions screen read the store at its first tick after it had loaded: one
-    other program's connect in ten was refused in that read's window."""
+def test_a_whole_read_marks_the_files_seen_only_once_it_succeeded(tmp_path: Path) -> None:
+    """The samples list under an open sessions screen read the store at its first tick after it had loaded (one
+    other program's connect in ten refused); and a reload that failed on a held store marked the files seen, so the
+    change it was to show waited for the next write."""
     store = Store(str(tmp_path / "s.duckdb"))
     store.close()
     watch = StoreFilesWatch(store, retry_s=0.0)
-    watch.read_failed()
-    watch.reading()  # a whole read (a load, ctrl+r) also ends a pending retry
-    assert not watch.changed()
+    before = watch.signature()
+    watch.read_done(before)
+    assert not watch.changed()  # the first tick after a load reads nothing
+    watch.read_failed()  # a reload met a held store
+    assert watch.changed()  # its retry is due (retry_s 0): read again though no file changed
     store.parts_dir.mkdir(parents=True, exist_ok=True)
+    watch.read_done(before)  # a read that began before the change: the change is still to be read
+    assert watch.changed()
+
+
+def test_a_symlinked_stores_log_is_looked_at_beside_its_target(tmp_path: Path) -> None:
+    """DuckDB writes the log beside the file the link points to: the watch looked at `link.duckdb.wal`, which never
+    exists, and a change held only in the log was not seen."""
+    real = tmp_path / "real.duckdb"
+    Store(str(real)).close()
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(real)
+    watch = StoreFilesWatch(Store(str(link)))
+    assert watch.changed()
+    (tmp_path / "real.duckdb.wal").write_bytes(b"x")
     assert watch.changed()

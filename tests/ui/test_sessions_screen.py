@@ -176,6 +176,59 @@ async def test_an_open_sessions_list_never_takes_the_store_from_the_proxy(
         assert await refused_connects(pilot, str(db)) == 0
 
 
+HOLD_AND_WRITE = r"""
+import duckdb, sys, time
+for _ in range(500):
+    try:
+        con = duckdb.connect(sys.argv[1])
+        break
+    except duckdb.Error:
+        time.sleep(0.02)
+con.execute("INSERT INTO verdicts (sample_id, \"at\", kind) VALUES ('x', now(), 'note')")
+con.execute("CHECKPOINT")
+print("ready", flush=True)
+time.sleep(float(sys.argv[2]))
+con.close()
+"""
+"""Another program that writes into the store (a note: the sessions' version changes) and holds it a while."""
+
+
+async def test_a_reload_while_another_program_holds_the_store_is_tried_again_after_it_lets_go(
+    recorded, tmp_path, tokenizer, profile, monkeypatch
+) -> None:
+    """ctrl+r during the hold failed, and marked the files seen: nothing read the store again until another write,
+    so the holder's change was never shown."""
+    import subprocess
+    import sys
+
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    monkeypatch.setenv("TOKVIEW_STORE_WAIT_S", "0.3")
+    db = tmp_path / "held.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        screen = app.screen
+        screen._files.retry_s = 0.5
+        await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
+        loads = screen.loads
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_AND_WRITE, str(db), "1.5"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None
+            assert (await asyncio.to_thread(holder.stdout.readline)).strip() == "ready"
+            await _until(pilot, lambda: screen._files._retry_at is not None, "a poll meeting the held store")
+            await pilot.press("ctrl+r")
+            await pilot.pause(0.6)  # the reload waits 0.3 s on the holder and fails
+            assert screen.loads == loads
+        finally:
+            await asyncio.to_thread(holder.wait)
+        await _until(pilot, lambda: screen.loads > loads, "the holder's change shown", timeout=10)
+
+
 def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_every_session(recorded, tmp_path) -> None:
     """bob's two requests failed (HTTP 500): his session was not listed at all (the list began from the samples), and
     the summary totalled only the listed rows (at most MAX_SESSIONS)."""

@@ -135,10 +135,18 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, exclusive=True, group="samples-count", exit_on_error=False)
     def _count(self, generation: int, filters: SampleFilter) -> None:
+        from tokview.store import StoreError
+
         store = self.session.store
-        self._files.reading()  # the poll reads only after the files change from here
-        total = store.count_samples()  # first: a sample landing between the two reads is counted as new, not lost
-        self.post_message(self.Counted(generation, store.count_samples(filters), total))
+        before = self._files.signature()  # taken first: a change during the read is polled for afterwards
+        try:
+            total = store.count_samples()  # first: a sample landing between the reads is counted as new, not lost
+            count = store.count_samples(filters)
+        except StoreError:  # held: read again later even if no file changes (ctrl+r during a hold waited forever)
+            self._files.read_failed()
+            raise
+        self._files.read_done(before)
+        self.post_message(self.Counted(generation, count, total))
 
     def _poll_unless_polling(self) -> None:
         """One poll at a time, and only once the store's files changed since the last one."""

@@ -119,9 +119,16 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, exclusive=True, group="sessions-load", exit_on_error=False)
     def _load(self) -> None:
-        self._files.reading()
-        self._version = sessions_version(self.session.store)  # read first: a turn landing meanwhile reloads
-        self.post_message(self.read_rows())
+        before = self._files.signature()  # taken first: a change during the read is polled for afterwards
+        try:
+            version = sessions_version(self.session.store)  # read first: a turn landing meanwhile reloads
+            loaded = self.read_rows()
+        except StoreError:  # held: read again later even if no file changes (ctrl+r during a hold waited forever)
+            self._files.read_failed()
+            raise
+        self._files.read_done(before)
+        self._version = version  # only once shown: a failed load's rows are still to be read
+        self.post_message(loaded)
 
     def read_rows(self) -> Message:
         """The screen's rows as its Loaded message (worker thread)."""
@@ -147,9 +154,8 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
         self._trouble = False
-        if self._version is not None and version != self._version:
+        if version != self._version:  # None: no load succeeded yet. Only a load sets it: its rows are what is shown
             self.post_message(self.Changed())
-        self._version = version
 
     @on(Changed)
     def _changed(self) -> None:
