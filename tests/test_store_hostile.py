@@ -221,14 +221,15 @@ def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_sinc
     as it is where it cannot be upgraded (read here as a tokview of schema 9). Version 7 lacks the actions table of
     version 8: refused, as before. Schema 10 adds the columns of prompts stored past a key turn: every older store is
     refused read-only by this tokview (opened once with write access, it is upgraded). Schema 11 only marks that a
-    request's messages may be stored once, in their column: a version-10 store reads as it is."""
+    request's messages may be stored once, in their column: a version-10 store read as it was, until schema 12
+    added the column of the answer's tool calls as text, which refuses every older store read-only again."""
     import duckdb
 
     from tokview.store import LATEST_VERSION, schema
     from tokview.store.schema import MIGRATIONS, SchemaError
 
     where, make_read_only = read_only_mount
-    assert [n for n, _, statements in MIGRATIONS if not statements] == [9, 11] and LATEST_VERSION == 11
+    assert [n for n, _, statements in MIGRATIONS if not statements] == [9, 11] and LATEST_VERSION == 12
     for version in (9, 10):
         db = where / f"v{version}.duckdb"
         Store(db).close()
@@ -251,10 +252,10 @@ def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_sinc
     with pytest.raises(SchemaError, match="schema version 7; this tokview reads version 9"):
         Store(where / "v7.duckdb")
     monkeypatch.undo()
-    with pytest.raises(SchemaError, match="schema version 9; this tokview reads version 11"):
+    with pytest.raises(SchemaError, match="schema version 9; this tokview reads version 12"):
         Store(where / "v9.duckdb")
-    with Store(where / "v10.duckdb") as store:
-        assert store.read_only and store.query("SELECT max(version) FROM schema_version") == [(10,)]
+    with pytest.raises(SchemaError, match="schema version 10; this tokview reads version 12"):
+        Store(where / "v10.duckdb")
 
 
 # -- one training file never mixes two vocabularies -------------------------------------------------------

@@ -23,6 +23,7 @@ from tokview.store.merge import refuse_unmergeable, shared_columns
 from tokview.store.merged_scores import take_scores
 from tokview.store.parts import sql_list
 from tokview.store.sample_rows import SAMPLE_COLUMNS, servers_union
+from tokview.store.tool_call_text import fill_tool_calls_text
 
 _DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
 """What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""
@@ -377,6 +378,8 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
         f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "
         "WHERE sample_id IN (SELECT sample_id FROM _merge_new)",
     )
+    if "tool_calls_text" not in sample_cols:  # a source older than schema 12: its rows' calls read from their bodies
+        fill_tool_calls_text(conn)
     conn.execute(
         "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
         "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"

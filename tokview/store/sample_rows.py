@@ -35,6 +35,7 @@ from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, elide_mess
 from tokview.store.errors import StoreError
 from tokview.store.packed_chunks import RESPONSE_COLUMNS, pack, unpack
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
+from tokview.store.tool_call_text import tool_calls_text
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -269,6 +270,7 @@ SAMPLE_COLUMNS = (
     "alignment",
     "profile",
     "created_at",
+    "tool_calls_text",  # the search box's (tool_call_text.py)
 ) + SIDE_COLUMNS
 CAPTURE_COLUMNS = (
     "prompt_ids",
@@ -355,6 +357,7 @@ def sample_params(
         "created_at": datetime.now(),
         "prompt_from": None,  # the proxy's recorder sets them on the part line (prompt_refs.py)
         "prompt_from_len": None,
+        "tool_calls_text": masked_text(tool_calls_text(c.tool_calls), masked),
     }
     id_lists = {name: getattr(c, name) for name in ID_COLUMNS}
     places: dict[str, list[list[Any]]] = {}

@@ -9,11 +9,13 @@ Append new migrations; never edit an applied one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tokview.errors import TokviewError
 from tokview.store.connection import transaction
 from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
+from tokview.store.tool_call_text import fill_tool_calls_text
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -201,6 +203,13 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # is what makes an older tokview refuse the store instead of reading such a request as one without messages
         (),
     ),
+    (
+        12,
+        "a sample's tool calls as searchable text",
+        # one line per call, `name arguments`; '' for none; filled from the stored bodies of older rows by
+        # `MIGRATION_FILLS` (tool_call_text.py). IF NOT EXISTS: see 10
+        ("ALTER TABLE samples ADD COLUMN IF NOT EXISTS tool_calls_text VARCHAR",),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -302,8 +311,16 @@ def migrate(conn: DuckDBPyConnection) -> int:
     for version, name, statements in MIGRATIONS:
         if version <= before:
             continue
-        _in_transaction(conn, [*statements, _version_row(version, name)])
+        with transaction(conn):
+            conn.execute(";\n".join([*statements, _version_row(version, name)]))
+            if version in MIGRATION_FILLS:
+                MIGRATION_FILLS[version](conn)
     return before
+
+
+MIGRATION_FILLS: dict[int, Callable[[DuckDBPyConnection], object]] = {12: fill_tool_calls_text}
+"""Migrations whose new column older rows get from their stored bodies, in Python, in the migration's transaction
+(a new store has no row to fill)."""
 
 
 def _create(conn: DuckDBPyConnection) -> None:

@@ -165,7 +165,7 @@ KEYS: tuple[Key, ...] = (
         "focus_search",
         "Search",
         "samples",
-        "Search ids, the prompt's and the answer's text, tags and notes (acc<=2.5, nll<=1.5 filter too).",
+        "Search ids, the prompt's and the answer's text and tool calls, tags and notes (acc<=2.5, nll<=1.5 filter too).",
         footer=True,
         key_display="/",
     ),

@@ -1,0 +1,119 @@
+"""The search box on agent traffic: a streamed answer's tool calls (stored only in its packed chunks) and a proxied
+request's prompt text are found, in a new store, in a store upgraded from schema 11, and after a merge from one."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from agent_harness import Task, run_tasks
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import SampleFilter, Store
+
+TASKS = [
+    Task("weather-stream", "What is the weather in Reykjavik, streamed?", ("get_weather",), True),
+    Task("arith", "Compute with your tools: add, multiply and count.", ("add", "multiply", "word_count")),
+]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, kimi_tok, kimi_profile) -> Iterator[Path]:
+    db = tmp_path_factory.mktemp("search") / "agent.duckdb"
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(db), tokenizer=kimi_tok, profile=kimi_profile)
+        with start_proxy(config) as proxy:
+            run_tasks(proxy.url + "/v1", sim.cfg.model_name, TASKS)
+    yield db
+
+
+def _calling(db: Path, name: str) -> set[str]:
+    """The samples whose answer calls `name` (read from the stored bodies, as the app reads a sample)."""
+    with Store(db) as store:
+        ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
+        return {i for i in ids if any(c["name"] == name for c in store.load_sample(i).capture.tool_calls or [])}
+
+
+def _ids(db: Path, text: str) -> set[str]:
+    with Store(db) as store:
+        return set(store.reads.sample_ids_page(SampleFilter(text=text), None, 0, 1000))
+
+
+def test_a_streamed_answers_tool_calls_are_found_by_name_and_arguments(recorded) -> None:
+    """A streamed answer's calls live only in its packed chunks: the search found none of them."""
+    streamed = _calling(recorded, "get_weather")
+    assert streamed, "the streamed task called no tool"
+    with Store(recorded) as store:
+        packed = store.query("SELECT count(*) FROM samples WHERE raw_response LIKE '%chunks_zlib64%'")[0][0]
+    assert packed, "no answer was stored packed: the case this test is for"
+    assert _ids(recorded, "get_weather") >= streamed
+    assert _ids(recorded, "GET_WEATHER") >= streamed  # without case, as the rest of the search
+    assert _calling(recorded, "multiply") <= _ids(recorded, "multiply")
+    with Store(recorded) as store:
+        arguments = {c["arguments"] for i in streamed for c in store.load_sample(i).capture.tool_calls or []}
+    assert arguments == {'{"city": "Paris"}'}  # what the simulated model calls it with, whatever the prompt
+    assert _ids(recorded, '"city": "paris"') == streamed
+
+
+def test_a_proxied_requests_prompt_text_is_found(recorded) -> None:
+    """A proxied request's messages are stored in its raw body, not the messages column: its prompt's text was never
+    found ("Compute with your tools" found no sample)."""
+    with Store(recorded) as store:
+        rows = store.query("SELECT sample_id, raw_request FROM samples")
+    asked = {sid for sid, body in rows if "Compute with your tools" in body}
+    assert asked and len(asked) < len(rows)
+    assert _ids(recorded, "compute with your TOOLS") == asked
+    assert _ids(recorded, "Reykjavik") == {sid for sid, body in rows if "Reykjavik" in body}
+    assert not _ids(recorded, "role")  # the JSON's keys are no text: "role" would find every sample
+
+
+def _as_schema_11(db: Path) -> None:
+    """Make `db` what a tokview of schema 11 wrote: no tool-calls text, no version-12 row."""
+    conn = duckdb.connect(str(db))
+    conn.execute("UPDATE samples SET tool_calls_text = NULL")
+    conn.execute("DELETE FROM schema_version WHERE version = 12")
+    conn.close()
+
+
+def test_a_store_upgraded_from_schema_11_finds_its_calls(recorded, tmp_path) -> None:
+    old = tmp_path / "old.duckdb"
+    shutil.copy(recorded, old)
+    _as_schema_11(old)
+    assert _ids(old, "get_weather") == _ids(recorded, "get_weather")  # the open migrated it, filling the column
+    with Store(old) as store:
+        assert store.query("SELECT count(*) FROM samples WHERE tool_calls_text IS NULL") == [(0,)]
+        assert store.query("SELECT max(version) FROM schema_version") == [(12,)]
+
+
+def test_samples_merged_from_an_older_store_have_their_calls_found(recorded, tmp_path, monkeypatch) -> None:
+    """A schema-11 source has no such column: the merged rows' calls are read from their bodies."""
+    from tokview.store import schema
+
+    source = tmp_path / "v11.duckdb"
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", [v for v in schema.MIGRATIONS if v[0] <= 11])
+        m.setattr(schema, "LATEST_VERSION", 11)
+        Store(source).close()
+    conn = duckdb.connect(str(source))
+    conn.execute(f"ATTACH '{recorded}' AS new (READ_ONLY)")
+    columns = [
+        r[0]
+        for r in conn.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+            "current_database() AND table_name = 'samples'"
+        ).fetchall()
+    ]
+    listed = ", ".join(columns)
+    for table in ("runs", "samples", "findings"):
+        shared = listed if table == "samples" else "*"
+        conn.execute(f"INSERT INTO {table} SELECT {shared} FROM new.{table}")
+    conn.close()
+    into = tmp_path / "into.duckdb"
+    with Store(into) as store:
+        store.merge(source)
+    assert _ids(into, "get_weather") == _ids(recorded, "get_weather")
