@@ -117,3 +117,26 @@ def test_samples_merged_from_an_older_store_have_their_calls_found(recorded, tmp
     with Store(into) as store:
         store.merge(source)
     assert _ids(into, "get_weather") == _ids(recorded, "get_weather")
+
+
+def test_a_part_an_older_tokview_wrote_lands_with_its_calls_found(recorded, tmp_path) -> None:
+    """A part left by a run killed before an upgrade has no `tool_calls_text`: its rows landed with none."""
+    import builders
+
+    from tokview.store.part_sink import PartSink
+    from tokview.store.sample_rows import SampleIdentity
+
+    with Store(recorded) as store:
+        sid = next(iter(_calling(recorded, "get_weather")))
+        capture = store.load_sample(sid).capture
+    with Store(tmp_path / "new.duckdb") as store:
+        sink = PartSink(store.path)
+        record = sink.sample_record(
+            SampleIdentity("old-part", "p1", "run1"),
+            capture,
+            builders.analyze(capture, builders.profile(), builders.kimi()),
+        )
+        del record["tool_calls_text"]
+        sink.write_part([record])
+        assert store.ingest()[0] == 1
+    assert _ids(tmp_path / "new.duckdb", "get_weather") == {"old-part"}

@@ -193,11 +193,17 @@ def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: li
         "DELETE FROM _part_new WHERE rowid IN (SELECT rowid FROM (SELECT rowid, row_number() OVER "
         "(PARTITION BY sample_id ORDER BY created_at) AS n FROM _part_new) WHERE n > 1)"
     )
-    proposed = conn.execute(f"SELECT count({prompt_refs.PAST_KEY}) FROM _part_new").fetchone() if cuts else None
-    if proposed and proposed[0]:  # only the proxy's lines propose keys: a batch's landing never runs the update
+    texts = "tool_calls_text" in columns
+    proposed, untexted = conn.execute(  # one read of the new rows for both
+        f"SELECT {f'count({prompt_refs.PAST_KEY})' if cuts else '0'}, "
+        f"{'count(*) - count(tool_calls_text)' if texts else '0'} FROM _part_new"
+    ).fetchone() or (0, 0)
+    if proposed:  # only the proxy's lines propose keys: a batch's landing never runs the update
         conn.execute(prompt_refs.CUT_PAST_KEYS)
     cols = ", ".join(columns)
     conn.execute(f"INSERT INTO samples ({cols}) SELECT {cols} FROM _part_new")
+    if untexted:  # lines an older tokview wrote (a part left by a killed run before an upgrade)
+        fill_tool_calls_text(conn)
     conn.execute(
         "INSERT INTO findings SELECT sample_id, f.code, f.severity, f.detail, f.positions FROM "
         "(SELECT sample_id, unnest(findings) AS f FROM _part_new)"
