@@ -44,6 +44,19 @@ def test_siblings_are_the_same_prompt_other_runs_first(store, tokenizer, profile
     assert siblings(store, "p002@demo_gen0") == []
 
 
+def test_a_turns_siblings_are_the_same_turn_never_another_turn_of_its_conversation(store, tokenizer, profile):
+    """Every turn of a chain (or a proxied session) shares its prompt id: `d` compared turn 1 with turn 0."""
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    for sid, run, turn in (("c#0@a", "a", 0), ("c#1@a", "a", 1), ("c#1@b", "b", 1), ("c#2@b", "b", 2)):
+        store.put_sample(sid, "chain-c", run, capture, analyze(capture, profile, tokenizer), turn=turn)
+    assert siblings(store, "c#1@a") == [("c#1@b", "b")]
+    assert siblings(store, "c#0@a") == []
+    assert siblings(store, "c#2@b") == []
+
+
 def test_run_stats_count_each_run(store, tokenizer, profile):
     add_sibling(store, tokenizer, profile)
     store.record_verdict("p001@demo_gen0", "approved")

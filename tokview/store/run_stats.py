@@ -89,11 +89,13 @@ def run_stats(store: Database) -> list[dict[str, Any]]:
 
 
 def siblings(store: Database, sample_id: str) -> list[tuple[str, str | None]]:
-    """(sample_id, run) of the other samples of this sample's prompt: other runs first (what compare is for),
-    then other generations of the same run, each in run and id order."""
+    """(sample_id, run) of the other samples of this sample's prompt and turn: other runs first (what compare is
+    for), then other generations of the same run, each in run and id order. The same turn only: every turn of a
+    chain or a proxied session shares its prompt id, and turn 1 was compared with turn 0 of its own conversation."""
     rows = store.query(
         "SELECT o.sample_id, o.run_id, o.run_id IS NOT DISTINCT FROM s.run_id AS same_run "
         "FROM samples s JOIN samples o ON o.prompt_id = s.prompt_id AND o.sample_id <> s.sample_id "
+        "AND o.turn IS NOT DISTINCT FROM s.turn "
         "WHERE s.sample_id = ? ORDER BY same_run, o.run_id, o.sample_id",
         [sample_id],
     )

@@ -214,7 +214,7 @@ KEYS: tuple[Key, ...] = (
         "compare",
         "Compare",
         "sample list",
-        "Compare the two marked samples, else the one under the cursor with its prompt's sample from another run.",
+        "Compare the two marked samples, else the one under the cursor with the same prompt and turn from another run.",
     ),
     Key("list.up", "up,k", "move(-1)", "Previous sample", "sample list", palette=False),
     Key("list.down", "down,j", "move(1)", "Next sample", "sample list", palette=False),
@@ -310,7 +310,7 @@ KEYS: tuple[Key, ...] = (
         "compare",
         "Compare",
         "inspect",
-        "Compare with the same prompt's sample from another run: ids side by side, first divergence marked.",
+        "Compare with the same prompt and turn from another run: ids side by side, first divergence marked.",
     ),
     Key(
         "inspect.next-turn",
