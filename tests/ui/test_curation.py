@@ -113,6 +113,21 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         assert store.load_sample("p003@demo_gen0").status == "approved"
 
 
+async def test_next_unreviewed_from_a_sample_opened_elsewhere_starts_at_that_samples_row(make_app, store):
+    """A sample opened from a session's turns (or by w/W) has no row of the list: `]` and auto-advance counted from
+    the list's cursor, so approving a session's third turn opened its first."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert app.screen.sample_list.cursor == 0
+        app.open_sample("p005@demo_gen0")  # as the sessions screen opens a turn: no list row
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
+        await pilot.press("r", "enter", "right_square_bracket")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == "p006@demo_gen0"
+
+
 async def test_next_unreviewed_in_a_list_filtered_to_pending_takes_the_next_row_not_the_one_after(make_app, store):
     """Filtered to pending, a verdict takes the judged sample out of the list: `]` counted from its old row and
     skipped the pending sample that took it (every other one), and the list's cursor drifted from the open

@@ -550,16 +550,19 @@ class TokviewApp(App[None]):
         anchor = self.samples_screen.current_sample_id()
         screen = self.screen
         open_it = isinstance(screen, InspectScreen)
+        elsewhere = False  # opened from another screen (a session's turns): not from the list's row
         if isinstance(screen, InspectScreen):
             anchor = screen.data.sample_id
             if self._open_index is not None:
                 after = self._open_index
+            else:
+                elsewhere = True
         search = self.samples_screen.pending_search()  # read here, searched in a thread
-        self._find_next(search, after, open_it, anchor)
+        self._find_next(search, after, open_it, anchor, elsewhere)
 
     @work(thread=True, exclusive=True, group="next-unreviewed", exit_on_error=False)
-    def _find_next(self, search: PendingSearch, after: int, open_it: bool, anchor: str | None) -> None:
-        self.post_message(NextFound(search.after(after, anchor), open_it))
+    def _find_next(self, search: PendingSearch, after: int, open_it: bool, anchor: str | None, elsewhere: bool) -> None:
+        self.post_message(NextFound(search.after(after, anchor, from_anchor=elsewhere), open_it))
 
     @on(NextFound)
     def _next_found(self, event: NextFound) -> None:
