@@ -158,3 +158,22 @@ async def test_m_over_10k_rows_marks_their_ids_in_one_read_without_loading_pages
         marked = set(app.samples_screen.marks.ids())
         assert marked == {f"p{i:05d}@big_gen0" for i in range(5, N)}
         assert lst.page_loads == before, "no page of rows was read for the range"
+
+
+async def test_a_tool_calling_turns_finish_reason_reads_whole_in_its_column(make_app, store, tokenizer, profile):
+    """Six cells cut `tool_calls` to `tool_…` on every tool-calling turn, at any width."""
+    from ui.helpers import settle
+
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    capture.finish_reason = "tool_calls"
+    store.put_sample("calls@x", "calls", "x", capture, analyze(capture, profile, tokenizer))
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        lst = app.screen.sample_list
+        lines = [lst.render_line(y).text for y in range(lst.size.height)]
+        row = next(line for line in lines if "calls@x" in line)
+        assert " tools " in row and "tool_…" not in row

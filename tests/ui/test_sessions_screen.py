@@ -361,6 +361,54 @@ def test_a_long_session_name_takes_a_bounded_column() -> None:
     now = datetime(2026, 12, 6, 12, 0, 0)
     row = SessionRow("session:" + "x" * 155, "openai-python", 3, 900, 40, 1, 0, 0, now, now)
     name = str(session_cells(row)[0])
-    assert len(name) == LABEL_CELLS and name.endswith("…") and name.startswith("session:xxx")
+    assert len(name) == LABEL_CELLS and "…" in name and name.startswith("session:xxx")
     short = SessionRow("session:agent-7", None, 1, 10, 5, 0, 0, 0, now, now)
     assert str(session_cells(short)[0]) == "session:agent-7"
+
+
+async def test_at_80_columns_the_sessions_counts_and_the_turns_answers_show(recorded, tokenizer, profile) -> None:
+    """At 80 columns the name took 50 cells and every count was off-screen; a run's unnamed sessions, cut at their
+    end, all read `proxy:proxy-2026…`; each turn's id repeated the run's long prefix; and a tool-calling turn's answer
+    showed the start of its reasoning, never its calls."""
+    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen, label_cells
+
+    app = _app(recorded, tokenizer, profile)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        table = app.screen.query_one("#sessions-table")
+        header = table.render_line(0).text
+        assert all(name in header for name in ("session", "turns", "context", "output", "findings", "failed")), header
+        names = [str(c) for c in table.get_column_at(0)]
+        assert names and all(len(name) <= label_cells(80) for name in names), names
+        table.move_cursor(row=next(k for k, r in enumerate(app.screen.rows) if r.session_id == "user:alice"))
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        shown = [str(c) for c in app.screen.query_one("#turns-table").get_column_at(1)]
+        assert all(s.startswith("…:") for s in shown), shown
+
+
+def test_a_tool_calling_turn_lists_its_calls_as_its_answer(recorded, tmp_path) -> None:
+    db = tmp_path / "calls.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    with Store(db) as store:
+        store.execute('UPDATE samples SET tool_calls_text = \'get_weather {"city": "Oslo"}\', content = NULL')
+        turns = session_turns(store, "user:alice")
+    assert turns[0].answer == '→ get_weather {"city": "Oslo"}'
+
+
+def test_turn_ids_drop_what_every_turn_shares_up_to_its_last_colon() -> None:
+    from tokview.ui.screens.sessions import short_ids
+
+    assert short_ids(["proxy:run-1:0000001", "proxy:run-1:0000002"]) == {
+        "proxy:run-1:0000001": "…:0000001",
+        "proxy:run-1:0000002": "…:0000002",
+    }
+    assert short_ids(["a:1", "b:2"]) == {"a:1": "a:1", "b:2": "b:2"}
+    assert short_ids(["proxy:x:1"]) == {"proxy:x:1": "proxy:x:1"}
+
+
+def test_a_turns_errors_come_before_its_notes_in_the_findings_column() -> None:
+    from tokview.ui.screens.sessions import by_severity
+
+    assert by_severity(["think_open_in_prompt", "truncated", "parser_hidden_ids"])[0] == "truncated"

@@ -89,7 +89,8 @@ assert _ONE_SESSION_PARTS != _PARTS
 _TURNS = f"""
 WITH {_ONE_SESSION_PARTS.strip()}
 SELECT sample_id, turn, prompt_len, output_len, finish_reason, status, codes, valid, latency_s,
-       left(coalesce(content, text, reasoning, ''), 200), created_at
+       left(coalesce(nullif(content, ''), nullif('→ ' || replace(tool_calls_text, chr(10), '; '), '→ '),
+                     nullif(text, ''), reasoning, ''), 200), created_at
 FROM samples JOIN parts p USING (prompt_id, run_id) WHERE {PROXIED} AND prompt_id = ? AND p.part = ?
 ORDER BY turn, created_at, sample_id
 """
@@ -160,7 +161,8 @@ class TurnRow:
     valid: bool
     latency_s: float | None
     answer: str
-    """The start of the answer's text (content, else text, else reasoning), for the list; a failed request's reason."""
+    """The start of the answer (its content, else its tool calls after `→ `, else its text, else its reasoning), for
+    the list; a failed request's reason. A tool-calling turn showed the start of its reasoning, never its calls."""
     created_at: datetime
     failed: bool = False
     """A request of the session that failed (refused, abandoned, no ids): listed where it came, never inspected."""

@@ -387,6 +387,21 @@ def capped(name: str, width: int = NAME_CELLS) -> str:
     return name if cell_len(name) <= width else first_cells(name, width - 1) + "…"
 
 
+def capped_middle(name: str, width: int) -> str:
+    """`name` cut to `width` cells by its middle (`proxy:proxy-2…382f14:s3`): names that share a long start (a run's
+    sessions) keep the end that tells them apart."""
+    if cell_len(name) <= width:
+        return name
+    tail_cells = (width - 1) // 2
+    tail, used = "", 0
+    for ch in reversed(name):
+        size = get_character_cell_size(ch)
+        if used + size > tail_cells:
+            break
+        tail, used = ch + tail, used + size
+    return first_cells(name, width - 1 - used) + "…" + tail
+
+
 def first_cells(text: str, cells: int) -> str:
     """The start of `text` that fits in `cells` terminal cells. Why not `text[:n]`: a CJK character or an emoji takes two
     cells, and an id cut by characters pushed the columns after it; one the edge would split is left out whole."""

@@ -22,6 +22,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
+from tokview.core.finding_rules import ERROR, INFO, RULES, WARN
+from tokview.core.findings import FINDING_CODES  # noqa: F401  # every check registered in RULES
 from tokview.store.errors import StoreError
 from tokview.store.sessions_query import (
     SessionRow,
@@ -34,7 +36,7 @@ from tokview.store.sessions_query import (
     sessions_version,
 )
 from tokview.ui.bindings import bindings
-from tokview.ui.display import capped, cell, plain
+from tokview.ui.display import capped, capped_middle, cell, plain
 from tokview.ui.store_files import StoreFilesWatch
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
@@ -50,37 +52,66 @@ if TYPE_CHECKING:
 POLL_S = 1.0
 """How often an open sessions screen looks at the store's files (the proxy lands within ~0.5 s)."""
 
-SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings", "invalid", "failed", "last turn")
+SESSION_COLUMNS = ("session", "turns", "context", "output", "findings", "invalid", "failed", "harness", "last turn")
+"""The numbers right after the name, the harness and the time last: at 80 columns the name and the counts show."""
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
+FINDINGS_CELLS = 32
+"""A turn's finding codes, cut with `…` (a turn with three pushed the latency and the answer off a 160-column screen)."""
 
 
-def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
+def label_cells(width: int) -> int:
+    """Cells for a session's name on a screen `width` wide: 48 when there is room, else what leaves the counts
+    in view (at 80 columns the name took 50 cells and every count was off-screen)."""
+    return 48 if width >= 140 else max(16, width - 58)
+
+
+def session_cells(row: SessionRow, label_width: int = 48) -> tuple[str | Text, ...]:
     return (
-        cell(capped(row.label)),
-        cell(row.harness or "—"),
+        cell(capped_middle(row.label, label_width)),
         str(row.turns),
         f"{row.context:,}",
         f"{row.output_tokens:,}",
         str(row.findings),
         str(row.invalid),
         str(row.failed),
+        cell(capped(row.harness or "—", 24)),
         row.last.strftime("%Y-%m-%d %H:%M:%S"),
     )
 
 
-def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
+def short_ids(sample_ids: list[str]) -> dict[str, str]:
+    """Each id without the part every one of them shares, up to its last `:` (`proxy:proxy-…-382f14:0000001` →
+    `…:0000001`): a session's turns share their run's long prefix, which said nothing about a turn."""
+    distinct = sorted(set(sample_ids))
+    if len(distinct) < 2:
+        return {i: i for i in distinct}
+    first, last = distinct[0], distinct[-1]  # the common prefix of a sorted list is its ends'
+    shared = next((k for k, (a, b) in enumerate(zip(first, last)) if a != b), min(len(first), len(last)))
+    cut = first.rfind(":", 0, shared) + 1
+    return {i: ("…" + i[cut - 1 :]) if cut > 1 else i for i in distinct}
+
+
+def by_severity(codes: list[str]) -> list[str]:
+    """Errors first, then warnings, then notes (each in stored order): cut to its column, a turn's list showed the
+    two notes every Kimi turn has (`think_open_in_prompt`, `parser_hidden_ids`) and hid its error."""
+    rank = {ERROR: 0, WARN: 1}
+    return sorted(codes, key=lambda code: rank.get(RULES[code].severity if code in RULES else INFO, 2))
+
+
+def turn_cells(row: TurnRow, shown_id: str | None = None) -> tuple[str | Text, ...]:
     words = " ".join(row.answer.split())
     answer = cell(capped(words, 61))  # 60 cells and `…`: by cells, a CJK answer cut at 60 characters took 120
+    sample = cell(shown_id or row.sample_id)
     if row.failed:  # no ids, no turn: the reason where the answer goes
-        return ("—", cell(row.sample_id), "—", "—", "—", "failed", "—", "—", answer)
+        return ("—", sample, "—", "—", "—", "failed", "—", "—", answer)
     return (
         str(row.turn),
-        cell(row.sample_id),
+        sample,
         f"{row.prompt_len:,}",
         f"{row.output_len:,}",
         cell(row.finish_reason or "—"),
         row.status if row.valid else f"{row.status} (invalid)",
-        ", ".join(row.codes) or "none",
+        cell(capped(", ".join(by_severity(row.codes)) or "none", FINDINGS_CELLS)),
         "—" if row.latency_s is None else f"{row.latency_s:.2f} s",
         answer,
     )
@@ -196,6 +227,7 @@ class SessionsScreen(_LivePolling):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.rows: list[SessionRow] = []
+        self._label_width = 0
 
     def compose(self) -> ComposeResult:
         yield Static("loading sessions…", id="sessions-summary")
@@ -228,7 +260,16 @@ class SessionsScreen(_LivePolling):
                 f"{plural(totals.sessions, 'session')}{shown} · {plural(totals.turns, 'turn')} · "
                 f"{plural(totals.findings, 'finding')}{apart if unplaced else ''} · enter opens a session's turns"
             )
-        self._keep_cursor(self._table(), [(r.key, session_cells(r)) for r in self.rows], order_column=0)
+        self._show_rows()
+
+    def _show_rows(self) -> None:
+        width = label_cells(self.size.width)
+        self._label_width = width
+        self._keep_cursor(self._table(), [(r.key, session_cells(r, width)) for r in self.rows], order_column=0)
+
+    def on_resize(self) -> None:
+        if self.rows and label_cells(self.size.width) != self._label_width:
+            self._show_rows()
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
@@ -292,7 +333,9 @@ class SessionTurnsScreen(_LivePolling):
                 + f"{plural(tokens, 'output token')} · enter inspects a turn"
             )
         )
-        self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows], order_column=1)
+        shown = short_ids([r.sample_id for r in self.rows])
+        rows = [(r.sample_id, turn_cells(r, shown[r.sample_id])) for r in self.rows]
+        self._keep_cursor(self._table(), rows, order_column=1)
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:

@@ -119,6 +119,8 @@ class PageRequests:
 
 
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
+FINISH_SHORT = {"tool_calls": "tools", "content_filter": "filter"}
+"""Finish reasons longer than their 6 cells, said whole in fewer: every tool-calling turn read `tool_…`."""
 MARK_GLYPH = "●"
 
 
@@ -475,7 +477,8 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             Segment(("✓  " if row.valid else "✗  ") if compact else ("✓ yes " if row.valid else "✗ no  "), valid_style),
         ]
         if "finish" in cols:
-            segments.append(Segment(_fit(shown(row.finish_reason or "—"), 6) + " ", base))
+            finish = row.finish_reason or "—"
+            segments.append(Segment(_fit(shown(FINISH_SHORT.get(finish, finish)), 6) + " ", base))
         if "prompt" in cols:
             segments.append(Segment(f"{row.prompt_len:>6} ", base))
         segments.append(Segment(f"{row.output_len:>6} ", base))
