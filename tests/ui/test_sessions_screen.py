@@ -412,3 +412,38 @@ def test_a_turns_errors_come_before_its_notes_in_the_findings_column() -> None:
     from tokview.ui.screens.sessions import by_severity
 
     assert by_severity(["think_open_in_prompt", "truncated", "parser_hidden_ids"])[0] == "truncated"
+
+
+async def test_curation_keys_act_on_the_turn_under_the_cursor_and_undo_works_on_the_sessions_list(
+    recorded, tmp_path, tokenizer, profile
+) -> None:
+    """a, r, n, t and u did nothing on a session's turns (no bell, no word), though help lists them everywhere."""
+    from tokview.ui.screens.export_dialog import ExportDialog
+    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+
+    db = tmp_path / "curate.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        sessions = app.screen
+        sessions.query_one("#sessions-table").move_cursor(
+            row=next(k for k, r in enumerate(sessions.rows) if r.session_id == "user:alice")
+        )
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        turns = app.screen
+        first = turns.rows[0].sample_id
+        await pilot.press("r", "enter")  # rejected with the first reason offered
+        await _until(pilot, lambda: turns.rows[0].status == "rejected", "the turn shown rejected")
+        with Store(db) as store:
+            assert store.load_sample(first).status == "rejected"
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is sessions, "the sessions list again")
+        await pilot.press("u")  # the store's latest action, from a screen that shows no sample
+        await pilot.pause(0.3)
+        with Store(db) as store:
+            assert store.load_sample(first).status == "pending"
+        await pilot.press("E")
+        await _until(pilot, lambda: isinstance(app.screen, ExportDialog), "the export dialog")

@@ -39,6 +39,7 @@ from tokview.ui.screens.modals import (
     TextPrompt,
 )
 from tokview.ui.screens.samples import SamplesScreen
+from tokview.ui.screens.sessions import SessionTurnsScreen
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import WORDED, failure_notice
 from tokview.untrusted_text import printable, printable_line
@@ -51,7 +52,10 @@ if TYPE_CHECKING:
     from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
-CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "undo_history", "export", "next_unreviewed"}
+CURATION_ACTIONS = {"approve", "reject", "note", "tag", "next_unreviewed"}
+"""Keys for a sample: the one inspected, under the list's cursor, or under a session's turns list's cursor."""
+STORE_WIDE_ACTIONS = {"undo", "undo_history", "export"}
+"""Keys for the store, on every screen (help says "everywhere")."""
 PANEL_OF_ACTION = {
     "generate": "GenerateScreen",
     "doctor": "DoctorScreen",
@@ -206,11 +210,18 @@ class TokviewApp(App[None]):
         if isinstance(screen, SamplesScreen):
             sid = screen.current_sample_id()
             return (sid, screen.sample_list.cursor) if sid else None
+        if isinstance(screen, SessionTurnsScreen):  # the turn under its cursor (no row of the samples list)
+            sid = screen.current_sample_id()
+            return (sid, None) if sid else None
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CURATION_ACTIONS:
+        if action in STORE_WIDE_ACTIONS:  # no sample needed: they worked only on the samples list and inspect
+            return not isinstance(self._work_screen(), ModalScreen)
+        if action == "next_unreviewed":  # the list's order: from the list or a sample opened over it
             return isinstance(self._work_screen(), (InspectScreen, SamplesScreen))
+        if action in CURATION_ACTIONS:
+            return isinstance(self._work_screen(), (InspectScreen, SamplesScreen, SessionTurnsScreen))
         return PANEL_OF_ACTION.get(action) != type(self.screen).__name__  # a panel's own key: off its footer
 
     def _target(self) -> tuple[str, int | None] | None:
@@ -289,6 +300,7 @@ class TokviewApp(App[None]):
     def _show_verdict(self, sample_id: str, index: int | None, stored: StoredSample) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
             self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
+        self._reload_turns()
         if self.samples_screen is not None and index is not None:
             lst = self.samples_screen.sample_list
             row = lst.row(index)
@@ -324,6 +336,13 @@ class TokviewApp(App[None]):
             stored = self._stored_or_said(self.screen.data.sample_id)  # None: the change stands, ctrl+r shows it
             if stored is not None:
                 self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
+        self._reload_turns()
+
+    def _reload_turns(self) -> None:
+        """A session's turns list shows each turn's status: read again at once when a key there changed one (its
+        poll would show it a second later)."""
+        if isinstance(self.screen, SessionTurnsScreen):
+            self.screen.action_reload()
 
     def _confirm(self, question: str, detail: str, then: Callable[[], None]) -> None:
         self.push_screen(Confirm(question, detail), lambda yes: then() if yes else None)

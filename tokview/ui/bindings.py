@@ -68,7 +68,7 @@ KEYS: tuple[Key, ...] = (
         "approve",
         "Approve",
         "everywhere",
-        "Approve the sample, or the marked ones (written at once; asks first about error findings, once for a group).",
+        "Approve the sample (listed, inspected, or a session's turn), or the marked ones (asks first about error findings).",
         footer=True,
     ),
     Key(

@@ -342,6 +342,14 @@ class SessionTurnsScreen(_LivePolling):
         event.stop()
         self.action_open()
 
+    def current_sample_id(self) -> str | None:
+        """The turn under the cursor (a failed request is no sample: None): what a, r, n and t act on here."""
+        table = self._table()
+        if not self.rows or table.cursor_row >= table.row_count:
+            return None
+        sample_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((r.sample_id for r in self.rows if r.sample_id == sample_id and not r.failed), None)
+
     def action_open(self) -> None:
         table = self._table()
         if not self.rows or table.cursor_row >= table.row_count:
