@@ -633,7 +633,15 @@ class Recorder:
             self._thread.join()
         self.writer.close()
         self.lander.close()
+        self._settle_counts()
         self._warn()
+
+    def _settle_counts(self) -> None:
+        """The counts as the writer wrote them: an answer is counted recorded when handed to the writer, and a part
+        the writer could not write (a full disk) was still said recorded at the end (6 recorded for 3 stored)."""
+        w = self.writer
+        self.not_recorded += max(0, w.handed - w.ok - w.failed)
+        self.recorded, self.failed = w.ok, w.failed  # an answer whose analysis failed is written as a failure
 
 
 def _why_no_ids(item: Finished) -> str | None:

@@ -562,7 +562,10 @@ class _SpoolReader:
     def remove_written(self, recorder: Any) -> None:
         """Remove the files read whole whose answers the writer has written as parts; none once the recorder
         stopped recording (it dropped what came after: the next start records them from the files)."""
-        while self.read_whole and recorder.error is None and recorder.writer.written >= self.read_whole[0][1]:
+        while self.read_whole:
+            written = recorder.writer.written  # read before the error: the writer sets its error, then counts a
+            if recorder.error is not None or written < self.read_whole[0][1]:  # failed group as done with
+                break
             path, _ = self.read_whole.pop(0)
             self.read_to.pop(path, None)
             try:
