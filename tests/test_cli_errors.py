@@ -170,6 +170,13 @@ def test_a_one_value_flag_given_twice_is_refused_not_the_last_taken(capsys, tmp_
         (["export", "--db", str(db), "--out", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "b.jsonl")], "--out"),
         (["merge", str(db), "--into", str(tmp_path / "a.duckdb"), "--into", str(tmp_path / "b.duckdb")], "--into"),
         (["stats", "--db", str(db), "--db", str(tmp_path / "other.duckdb")], "--db"),
+        # every command's one-value flags, not only those declared one by one: the proxy recorded into b
+        (["proxy", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "a.duckdb"), "--db", str(db)], "--db"),
+        (
+            ["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--temperature", "1", "--temperature", "0"],
+            "--temperature",
+        ),
+        (["sim", "--port", "0", "--port", "0"], "--port"),
     ):
         assert main(argv) == ExitCode.USAGE, argv
         err = capsys.readouterr().err

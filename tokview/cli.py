@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
+from tokview.commands.once import every_flag_once
 from tokview.errors import ExitCode, TokviewError, UserError, one_line
 from tokview.untrusted_text import char_escape, printable_line, writes_unicode
 
@@ -172,6 +173,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             continue
         _load_command(name).add_parser(sub)
+    every_flag_once(parser)
     return parser
 
 
