@@ -22,13 +22,14 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 import orjson
 
+from tokview.errors import TokviewError, one_line
 from tokview.proxy import ids
 from tokview.proxy.capture import ENDPOINT_PATHS
 from tokview.proxy.recorder import Failed, Finished, Recorder
@@ -48,7 +49,7 @@ from tokview.proxy.wire import (
 from tokview.response_size import max_response_bytes
 from tokview.secrets import Secrets, authorization_values, masked_query
 from tokview.servers.codings import BodyDecoder, UnreadableCoding, decoded
-from tokview.servers.errors import error_message
+from tokview.servers.errors import ServerUnreachable, error_message
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -159,6 +160,11 @@ UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate"
 native and vLLM's token-in generate): a harness built on one of them recorded nothing, and nothing said why."""
 
 
+def _server_words(described: tuple[object, ...]) -> str:
+    kind, version, model = described
+    return f"{kind} {version or '(version unknown)'} serving {model!r}"
+
+
 class ProxyApp:
     def __init__(
         self,
@@ -168,8 +174,12 @@ class ProxyApp:
         profile: ModelProfile | None = None,
         key: str | None = None,
         say: Callable[[str], None] | None = None,
+        probe: Callable[[int], Awaitable[Upstream]] | None = None,
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
+        self.probe = probe
+        """Detects upstream `i` again (its start-up probe): run when one that failed to connect is tried again."""
+        self._probing: dict[int, asyncio.Task[None]] = {}
         self.max_answer_bytes = max_response_bytes()
         """The most bytes of one answer held (to take its ids out, and for the recorder): past it a stream is
         forwarded on and recorded as a failure, a JSON answer refused with a 502."""
@@ -324,6 +334,36 @@ class ProxyApp:
         first = DOWN_S if error.refused else DOWN_AFTER_TIMEOUT_S
         self._down_until[i] = now + min(DOWN_MAX_S, first * 2 ** (self._down_streak[i] - 1))
 
+    async def _probe_again(self, i: int) -> None:
+        """Detect upstream `i` again before a request goes to it after it failed to connect: it may be back as another
+        server (restarted with another model, version or kind), whose answers were recorded under the old one's
+        name, and whose requests got the old kind's id fields (a vLLM field sent to SGLang: HTTP 400 to the
+        harness). One probe at a time per upstream; one that fails leaves the upstream as it was."""
+        task = self._probing.get(i)
+        if task is None:
+            task = self._probing[i] = asyncio.ensure_future(self._probe(i))
+            task.add_done_callback(lambda _: self._probing.pop(i, None))
+        await asyncio.shield(task)
+
+    async def _probe(self, i: int) -> None:
+        assert self.probe is not None
+        old = self.upstreams[i]
+        try:
+            new = await self.probe(i)
+        except TokviewError as exc:  # still down (the request then fails as before), or not a server to forward to
+            if not isinstance(exc, ServerUnreachable) and self.say is not None:
+                self.say(f"tokview proxy: {old.url} is back, but {one_line(exc)}: forwarded to as before")
+            return
+        before = (old.kind, old.stamp.get("server_version"), old.stamp.get("model"))
+        after = (new.kind, new.stamp.get("server_version"), new.stamp.get("model"))
+        old.kind, old.stamp, old.max_model_len, old.down = new.kind, new.stamp, new.max_model_len, None
+        self._down_streak[i] = 0  # answering: its next requests go without a probe
+        if before != after and self.say is not None:
+            self.say(
+                f"tokview proxy: {old.url} is back as {_server_words(after)} (was {_server_words(before)}): its "
+                "answers are asked for and recorded as that server's from now on"
+            )
+
     def _connected(self, ex: _Exchange) -> None:
         self._down_streak[ex.upstream_index] = 0
         self._down_until[ex.upstream_index] = 0.0  # it is back: no longer passed over
@@ -355,6 +395,8 @@ class ProxyApp:
         target = f"{ex.path}?{query}" if query else ex.path
         tried: set[int] = set()
         while True:
+            if self._down_streak[ex.upstream_index] and self.probe is not None:
+                await self._probe_again(ex.upstream_index)
             content = self._prepare(ex)
             try:
                 upstream = self._pool(ex.upstream_index)

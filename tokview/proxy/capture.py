@@ -222,6 +222,7 @@ def build_capture(
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
         how = "the sglext ids" if id_fields(kind, stream, endpoint) == SGLEXT_FLAGS else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
+    named = served_model(answer)
     return Capture(
         **fields,
         settings=settings,
@@ -230,5 +231,18 @@ def build_capture(
         raw_request=raw_request,
         raw_response=raw_response,
         latency_s=latency_s,
-        **stamp,
+        **(stamp if named is None else {**stamp, "model": named}),
     )
+
+
+def served_model(answer: object) -> str | None:
+    """The model the answer names (a stream's first chunk naming one), which a sample carries over the name the
+    start-up probe read: an upstream restarted with another checkpoint had every later sample labelled with the old
+    one, silently. None when the answer names none."""
+    if isinstance(answer, dict):
+        model = answer.get("model")
+    elif isinstance(answer, list):
+        model = next((c.get("model") for c in answer if isinstance(c, dict) and c.get("model")), None)
+    else:
+        model = None
+    return model if isinstance(model, str) and model else None

@@ -41,7 +41,7 @@ from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, ch
 from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLEXT_FLAGS, echo_hides_ids, id_fields
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
-from tokview.secrets import DATA_MIN_SECRET_LEN, MASK
+from tokview.secrets import DATA_MIN_SECRET_LEN, MASK, scrub_text
 from tokview.servers.errors import Retryable, stream_abort
 from tokview.store.errors import StoreHeld
 from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
@@ -339,6 +339,7 @@ class Recorder:
         self._warned = threading.Lock()
         self._said_held = False
         self.recorded = self.failed = self.not_recorded = 0
+        self._models_said: set[tuple[str | None, str | None]] = set()
         self._jobs: queue.SimpleQueue[tuple[Finished | Failed, str | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if threaded:
@@ -504,6 +505,9 @@ class Recorder:
                 f"malformed response: {exc}", item.server, named=item.named, user=item.user, sample_id=sample_id
             )
             return
+        probed = item.stamp.get("model")
+        if probed and capture.model != probed:
+            self._model_differs(item.server, str(probed), capture.model)
         same_prompt = [turn for ids, turn in placed if ids == capture.prompt_ids]
         done = self.sample(
             capture,
@@ -518,6 +522,18 @@ class Recorder:
         )
         if done is not None:
             placed.append((capture.prompt_ids, done[1]))
+
+    def _model_differs(self, server: str | None, probed: str, named: str | None) -> None:
+        """Said once per upstream and name: an answer names another model than the start-up probe read (the
+        upstream restarted with another checkpoint, or the request used another of its served names)."""
+        if (server, named) in self._models_said:
+            return
+        self._models_said.add((server, named))
+        self.say(
+            f"tokview proxy: {scrub_text(server or 'the upstream')} answers as model {named!r}, not {probed!r} as at start (restarted with another "
+            "model, or another of its served names): its samples carry the name each answer gives; restart the proxy "
+            "to record the server's new version too."
+        )
 
     def _next_id(self) -> str:
         return f"proxy:{self.run_id}:{next(self._seq):07d}"

@@ -109,6 +109,11 @@ def check_listen(config: ProxyConfig) -> tuple[str, int]:
     return host, port
 
 
+PROBE_AGAIN_S = 5.0
+"""The longest an upstream back from failing to connect is probed before a request goes to it (a host that no longer
+answers at all must not hold each request the start-up probe's 30 s)."""
+
+
 def upstream_auth(url: str) -> str | None:
     """The Authorization the batch would send this server: the URL's user:password, else TOKVIEW_API_KEY."""
     from tokview.servers.urls import api_key_from_env, parse_server_url
@@ -403,7 +408,12 @@ def build(config: ProxyConfig) -> ProxyApp:
         )
     upstreams = detect_upstreams(config)
     recorder = open_recorder(config, upstreams)
-    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key, say=config.say or _say_on_stderr)
+
+    async def probe(i: int) -> Upstream:  # an upstream back after failing to connect, detected again
+        return await _detect(config.servers[i], config.kind, config.profile, min(config.timeout, PROBE_AGAIN_S))
+
+    say = config.say or _say_on_stderr
+    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key, say=say, probe=probe)
 
 
 @contextmanager
