@@ -967,3 +967,25 @@ def test_arguments_sent_as_an_object_are_compared_as_their_json_is() -> None:
     served = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": '{"n": 1, "cmd": "ls"}'}}]}
     sent = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"cmd": "ls", "n": 1.0}}}]}
     assert _message_text(sent) == _message_text(served)
+
+
+def test_a_users_unrelated_conversation_starts_a_session_of_its_own_and_each_goes_on_in_its_own() -> None:
+    """`user` is the end user: one value for each of that user's conversations. A second task joined the first as its
+    turn 3, with a prefix break that said the harness had re-rendered the history."""
+    book = SessionBook("r")
+    task_1 = [{"role": "user", "content": "first task"}]
+    task_2 = [{"role": "user", "content": "second, unrelated task"}]
+    a0 = _turn(book, SYSTEM + [1], [2], task_1, user="carol")
+    b0 = _turn(book, SYSTEM + [9], [8], task_2, user="carol")
+    a1 = _turn(book, SYSTEM + [1, 2, 3], [4], task_1, user="carol")
+    b1 = _turn(book, SYSTEM + [9, 8, 7], [6], task_2, user="carol")
+    c0 = _turn(book, SYSTEM + [5], [5], [{"role": "user", "content": "third"}], user="carol")
+    assert (a0.session_id, a0.turn, a0.break_at) == ("user:carol", 0, None)
+    assert (b0.session_id, b0.turn, b0.break_at) == ("user:carol/2", 0, None)
+    assert (a1.session_id, a1.turn, a1.break_at) == ("user:carol", 1, None)
+    assert (b1.session_id, b1.turn, b1.break_at) == ("user:carol/2", 1, None)
+    assert (c0.session_id, c0.turn) == ("user:carol/3", 0)
+    assert _turn(book, SYSTEM + [1], [2], task_1, user="dave").session_id == "user:dave"  # users apart as before
+    named = [_turn(book, SYSTEM + p, [2], None, named="agent") for p in ([1], [9])]
+    assert [t.session_id for t in named] == ["session:agent"] * 2  # a header names one session, whatever comes
+    assert named[1].break_at is not None

@@ -279,9 +279,12 @@ class SessionBook:
         packed_ints = pack_int32(prompt_ids)
         self._placed = _Placed(prompt_ids, packed_ints, messages)
         packed = packed_ints if packed_ints is not None else _as_json(prompt_ids)
-        if named or user:
-            session_id = f"session:{named}" if named else f"user:{user}"
-            return self._place_named(packed, messages, session_id, "header" if named else "user", parallel_to)
+        if named:
+            turn = self._place_named(packed, messages, f"session:{named}", "header", parallel_to)
+            assert turn is not None  # not strict: always a turn
+            return turn
+        if user:
+            return self._place_user(packed, messages, f"user:{user}", parallel_to)
         head = self._longest_prefix(packed)
         if head is not None:
             deeper = self._deeper_by_messages(head, messages)
@@ -293,17 +296,50 @@ class SessionBook:
             return _after(head, packed, "messages", breaks=True)
         return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
 
+    def _place_user(self, packed: bytes, messages: list[Any] | None, base: str, parallel_to: Turn | None) -> Turn:
+        """A turn of one of the conversations of the request's `user` (`user:NAME`, then `user:NAME/2`, …): the one
+        it continues (as `_place_named` finds it, newest conversation first), else a new one.
+
+        Why not one session per `user`, as per session header: OpenAI documents `user` as the end user, so a
+        harness sends one value with every conversation of that user. A second, unrelated task joined the first
+        as its next turns, flagged with a prefix break that said the harness had re-rendered the history."""
+        conversations = self._user_conversations(base)
+        for session_id in reversed(conversations):
+            turn = self._place_named(packed, messages, session_id, "user", parallel_to, strict=True)
+            if turn is not None:
+                return turn
+        newest = conversations[-1]
+        kept = self._sessions.get(newest)
+        if kept is None or not kept.heads:  # nothing kept of it (new, or evicted): it goes on by its name
+            return Turn(newest, self._named_turns.get(newest, 0), "user")
+        return Turn(f"{base}/{len(conversations) + 1}", 0, "user")
+
+    def _user_conversations(self, base: str) -> list[str]:
+        """The session ids of `base`'s conversations this book knows, in order: `base`, `base/2`, …"""
+        found = [base]
+        while f"{base}/{len(found) + 1}" in self._sessions or f"{base}/{len(found) + 1}" in self._named_turns:
+            found.append(f"{base}/{len(found) + 1}")
+        return found
+
     def _place_named(
-        self, packed: bytes, messages: list[Any] | None, session_id: str, how: str, parallel_to: Turn | None = None
-    ) -> Turn:
+        self,
+        packed: bytes,
+        messages: list[Any] | None,
+        session_id: str,
+        how: str,
+        parallel_to: Turn | None = None,
+        *,
+        strict: bool = False,
+    ) -> Turn | None:
         """A turn of the session the harness named: after the longest kept turn its prompt extends, else that turn
         once more when it is one's prompt again (a retry), else beside `parallel_to` (another prompt of its request),
-        else after the kept turn its messages continue, else after the newest; the last two with the break."""
+        else after the kept turn its messages continue, else after the newest; the last two with the break.
+        `strict`: None instead of after the newest (a `user`'s request may begin another conversation)."""
         session = self._sessions.get(session_id)
         if session is None or not session.heads:
             if parallel_to is not None and parallel_to.session_id == session_id:
                 return Turn(session_id, parallel_to.turn, how, parallel_to.parent_sample)
-            return Turn(session_id, self._named_turns.get(session_id, 0), how)
+            return None if strict else Turn(session_id, self._named_turns.get(session_id, 0), how)
         extended = [h for h in session.heads if packed.startswith(h.sequence)]
         if extended:
             longest = max(extended, key=lambda h: (len(h.sequence), h.order))
@@ -319,6 +355,8 @@ class SessionBook:
         head = self._by_message_prefix(messages, session_id)
         if head is not None:
             return _after(head, packed, how, breaks=True)
+        if strict:
+            return None
         newest = session.heads[-1]
         breaks = _first_difference(packed, newest.sequence)
         return Turn(
