@@ -551,6 +551,12 @@ class Recorder:
         """NOT LANDING was said (a store another program holds) and no landing has gone through since."""
         return self._said_held
 
+    def held_at_start(self, why: StoreHeld) -> None:
+        """The store was held as the proxy started (`late_store`): said as a landing that met it says it, and the
+        first landing that opens it says "landing again"."""
+        self.lander.held = why
+        self._held(why)
+
     def _held(self, why: BaseException | None) -> None:
         """Said once when landings start meeting a store another program holds, and once when one lands again:
         recording goes on into parts all the while (`Lander.held`)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tokview.proxy.late_store import LateStore
 from tokview.proxy.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -44,28 +45,46 @@ def open_recorder_here(
         if say is not None and not (recorders and recorders[-1].not_landing):
             say(f"tokview proxy: {line}")
 
-    store = Store(
-        config.db or "",
-        server_urls=config.servers,
-        lock_timeout=config.lock_timeout,
-        on_wait=None if say is None else waiting,
-        linger=0,
-    )
-    store.put_run(
-        config.run_id,
-        settings={"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
-        profile=config.profile.name,
-        tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
-        tokenizer_hash=tok.fingerprint() if tok is not None else None,
-        template_hash=tok.template_hash() if tok is not None else None,
-        server_info=[{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
-        source="tokview proxy",
-        profile_def=profile_fields(config.profile),
-    )
-    from tokview.proxy.sessions import LAST_NUMBER_SQL, restore_sessions
-    from tokview.proxy.spool_folder import record_leftovers
+    from tokview.store.errors import StoreHeld
 
     profile = config.profile  # known not None here, also inside `recorder_of`
+
+    def opened() -> Store:
+        store = Store(
+            config.db or "",
+            server_urls=config.servers,
+            lock_timeout=config.lock_timeout,
+            on_wait=None if say is None else waiting,
+            linger=0,
+        )
+        store.put_run(
+            config.run_id,
+            settings={"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
+            profile=profile.name,
+            tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
+            tokenizer_hash=tok.fingerprint() if tok is not None else None,
+            template_hash=tok.template_hash() if tok is not None else None,
+            server_info=[{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
+            source="tokview proxy",
+            profile_def=profile_fields(profile),
+        )
+        return store
+
+    try:
+        store = opened()
+    except StoreHeld as exc:  # a notebook's connection kept the proxy from starting at all: it starts, lands later
+        late = LateStore(config.db or "", config.servers, opened)
+        recorder = Recorder(late, profile=profile, tokenizer=tok, run_id=config.run_id, say=say, threaded=threaded)  # type: ignore[arg-type]  # a Store's recording side
+        recorders.append(recorder)
+        recorder.held_at_start(exc)
+        if say is not None:
+            say(
+                "tokview proxy: started without the store: conversations of earlier runs are not continued (their "
+                "next turns start sessions of their own), and a killed proxy's leftover answers wait for the next start."
+            )
+        return recorder
+    from tokview.proxy.sessions import LAST_NUMBER_SQL, restore_sessions
+    from tokview.proxy.spool_folder import record_leftovers
 
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)

@@ -1,0 +1,55 @@
+"""A store another program holds as the proxy starts: the proxy starts anyway, forwards, keeps the answers in parts,
+says NOT LANDING, and lands them (its run recorded first) once the store is free. It waited 10 s, then refused to
+start, and a harness pointed at it could not connect at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+
+HOLDER = "import duckdb, sys\nc = duckdb.connect(sys.argv[1])\nprint('held', flush=True)\nsys.stdin.readline()\n"
+
+
+@pytest.mark.parametrize("record_in", ["process", "thread"])
+def test_a_proxy_started_on_a_held_store_forwards_and_lands_once_it_is_free(
+    tmp_path, kimi_tok, kimi_profile, record_in
+):
+    db = tmp_path / "held.duckdb"
+    Store(db).close()
+    said: list[str] = []
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with start_simulator(SimConfig(kind="vllm")) as sim:
+            config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(db), tokenizer=kimi_tok, profile=kimi_profile)
+            config.say, config.lock_timeout, config.record_in = said.append, 0.3, record_in
+            with start_proxy(config) as proxy, httpx.Client(timeout=30) as client:
+                body = {"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "Hi?"}], "max_tokens": 8}
+                answered = client.post(proxy.url + "/v1/chat/completions", json=body)
+                assert answered.status_code == 200, answered.text
+                assert any("NOT LANDING" in line for line in said), said
+                assert holder.stdin is not None
+                holder.stdin.write("\n")
+                holder.stdin.flush()
+                holder.wait(timeout=10)
+                deadline = time.monotonic() + 20
+                while not any("landing again" in line for line in said):
+                    assert time.monotonic() < deadline, said
+                    time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+    with Store(db) as store:
+        assert store.count_samples() == 1
+        assert store.query("SELECT count(*) FROM runs WHERE run_id LIKE 'proxy-%'") == [(1,)]
