@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(result: ExportResult) -> str:
     """What the user needs to know about the file just written, a line per topic."""
+    from tokview.export.manifest import unfit_warning
     from tokview.export.writer import include_invalid_caveat
     from tokview.untrusted_text import printable_line
 
@@ -217,6 +218,17 @@ def summary(result: ExportResult) -> str:
         f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
         + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")
     ]
+    if result.refused_examples:
+        lines.append(
+            "refused, first of each: "
+            + "; ".join(
+                f"{why}: {', '.join(map(printable_line, ids[:3]))}" for why, ids in result.refused_examples.items()
+            )
+            + " (up to 20 each in the manifest's refused_examples)"
+        )
+    unfit = result.seen.unfit if result.seen is not None else None
+    if unfit:
+        lines.append(f"WARNING: {unfit_warning(unfit)}")
     if result.left_out:
         reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())
         lines.append(

@@ -39,6 +39,17 @@ def builtin_template_warning(fmt: ExportFormat, template_name: str | None, famil
     return f"{warning} export --format {writer} writes a template to register (a .specforge_template.json)."
 
 
+def unfit_warning(unfit: Counter[str]) -> str:
+    """What the exported rows no default selection takes are (`Provenance.unfit`), in one sentence."""
+    said = {
+        "with_error_findings": ("has", "have", "error findings"),
+        "cut_by_max_tokens": ("was", "were", "cut by max tokens"),
+        "rejected": ("was", "were", "rejected by a reviewer"),
+    }
+    parts = [f"{unfit[k]} {one if unfit[k] == 1 else many} {what}" for k, (one, many, what) in said.items() if unfit[k]]
+    return f"of the exported rows, {', '.join(parts)}: a trainer learns from them as from the rest (--select valid leaves them out)"
+
+
 class Provenance:
     """Servers, settings, parsers and runs seen across the exported samples."""
 
@@ -50,6 +61,9 @@ class Provenance:
         self.runs: set[str] = set()
         self.finish: Counter[str] = Counter()
         self.kwargs: dict[str, dict[str, Any]] = {}
+        self.unfit: Counter[str] = Counter()
+        """Exported rows no default selection would take (`--select all`): error findings, cut by max tokens,
+        rejected by a reviewer. The manifest only counted finish reasons, and nothing said it."""
 
     def add(self, row: dict[str, Any], capture: Capture, kwargs: dict[str, Any]) -> None:
         self.kwargs[json.dumps(kwargs, sort_keys=True, default=str)] = kwargs
@@ -62,6 +76,12 @@ class Provenance:
         if row["run_id"]:
             self.runs.add(row["run_id"])
         self.finish[str(capture.finish_reason)] += 1
+        if row.get("valid") is False:
+            self.unfit["with_error_findings"] += 1
+        if "truncated" in (row.get("codes") or ()):  # cut mid-turn (a whole turn that ends at the limit is not)
+            self.unfit["cut_by_max_tokens"] += 1
+        if row.get("status") == "rejected":
+            self.unfit["rejected"] += 1
 
 
 def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportResult) -> dict[str, Any]:
@@ -84,14 +104,19 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         )
     if result.lengths is not None:
         warnings += result.lengths.warnings()
+    if seen.unfit:
+        warnings.append(unfit_warning(seen.unfit))
     counts = {
         "selected": result.selected,
         "exported": result.exported,
         "refused": sum(result.refused.values()),
         "refused_by_reason": result.refused,
+        "refused_examples": result.refused_examples,
         "finish_reason": dict(sorted(seen.finish.items())),
         "retokenize_drift": result.retokenize_drift,
     }
+    if seen.unfit:
+        counts["unfit"] = dict(sorted(seen.unfit.items()))
     if result.left_out:
         counts["left_out"] = result.left_out
     if result.by_tag or result.tag_selection:

@@ -66,6 +66,10 @@ CHUNK = 256
 UNKNOWN_ID = "unknown_token_id"
 
 
+REFUSED_NAMED = 20
+"""Sample ids named per refusal reason in the manifest (`refused_examples`)."""
+
+
 @dataclass
 class ExportResult:
     out: Path
@@ -74,6 +78,8 @@ class ExportResult:
     selected: int
     exported: int
     refused: dict[str, int] = field(default_factory=dict)
+    refused_examples: dict[str, list[str]] = field(default_factory=dict)
+    """The first REFUSED_NAMED sample ids refused for each reason (counted only, they had to be found by a diff)."""
     manifest: dict[str, Any] = field(default_factory=dict)
     left_out: dict[str, Any] = field(default_factory=dict)
     """`--select approved`: approved samples not exported because they are invalid (count, by reason)."""
@@ -382,6 +388,14 @@ def _export_to(
     profiles = _Profiles(profile, tokenizer, override=profile_override)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+
+    def refuse(reason: str, sample_id: str) -> None:
+        refused[reason] += 1
+        named = examples.setdefault(reason, [])
+        if len(named) < REFUSED_NAMED:
+            named.append(sample_id)
+
     seen = Provenance()
     exported: list[tuple[str, str]] = []
     drift = 0
@@ -410,11 +424,13 @@ def _export_to(
                 refused["no_longer_selected"] += len(chunk) - len(rows)
             for row in rows:
                 if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
-                    refused["no_supervised_tokens"] += 1
+                    refuse("no_supervised_tokens", row["sample_id"])
                     continue
                 capture = capture_from_row(row)
                 if _outside(vocabulary, capture):
-                    refused["ids_outside_vocabulary"] += 1  # whatever --select: a trainer's embedding lookup fails
+                    refuse(
+                        "ids_outside_vocabulary", row["sample_id"]
+                    )  # whatever --select: a trainer's embedding lookup fails
                     continue
                 prof = profiles.get(row["profile"])
                 item = ExportItem(
@@ -431,7 +447,7 @@ def _export_to(
                             chooser.check(chooser.layout(capture.settings, prof))
                         record = builder(item, prof, tokenizer)
                     except Refused as why:
-                        refused[why.reason] += 1
+                        refuse(why.reason, row["sample_id"])
                         continue
                     if conformance.paths():
                         mask = record.get("loss_mask") or seg.loss_mask(capture.prompt_ids, capture.output_ids)
@@ -469,6 +485,7 @@ def _export_to(
         len(ids),
         len(exported),
         dict(sorted(refused.items())),
+        {k: examples[k] for k in sorted(examples)},
     )
     result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
     result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
