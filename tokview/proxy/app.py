@@ -414,7 +414,9 @@ class ProxyApp:
                 error: UpstreamError = exc
             except UpstreamError as exc:
                 error = exc
-            reason = f"upstream {ex.upstream.url} unreachable: {error}"
+            # not connected: nothing was sent; else the request went and the upstream broke off before answering
+            said = "unreachable" if isinstance(error, UpstreamNotConnected) else "broke off before answering"
+            reason = f"upstream {ex.upstream.url} {said}: {error}"
             await _json_error(client, 502, f"tokview proxy: {reason}")
             self._failure(ex, reason)
             return
@@ -447,7 +449,10 @@ class ProxyApp:
                 self._record_later(ex, b"".join(ex.delivered), stream=True)
                 client.cut()
                 return
-            self._failure(ex, f"the upstream's answer broke off after {ex.chunks_sent} chunks: {exc}")
+            cut = (
+                f"after {ex.chunks_sent} chunks" if ex.chunks_sent else "before it was whole"
+            )  # "after 0 chunks": JSON
+            self._failure(ex, f"the upstream's answer broke off {cut}: {exc}")
             if not client.started:  # nothing sent yet: the harness gets an error, not a cut answer it might trust
                 await _json_error(client, 502, f"tokview proxy: the upstream's answer broke off ({exc})")
             else:  # the answer is left incomplete (no final chunk): the client's connection is cut, as the
