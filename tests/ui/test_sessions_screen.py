@@ -447,3 +447,16 @@ async def test_curation_keys_act_on_the_turn_under_the_cursor_and_undo_works_on_
             assert store.load_sample(first).status == "pending"
         await pilot.press("E")
         await _until(pilot, lambda: isinstance(app.screen, ExportDialog), "the export dialog")
+
+
+async def test_a_proxied_turns_inspect_title_names_its_session_and_turn(recorded, tokenizer, profile) -> None:
+    """A batch chain's turn said `#turnN` in its title; a proxied turn named neither its session nor its turn."""
+    from tokview.ui.screens.inspect import InspectScreen
+
+    with Store(recorded) as store:
+        (sample_id,) = store.query("SELECT sample_id FROM samples WHERE prompt_id = 'user:alice' AND turn = 1")[0]
+    app = _app(recorded, tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        app.open_sample(sample_id)
+        await _until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
+        assert "user:alice #turn1" in str(app.screen.query_one("#inspect-title").render())

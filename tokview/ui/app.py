@@ -158,7 +158,14 @@ class TokviewApp(App[None]):
         self.post_message(
             SampleReady(
                 InspectData(
-                    stored.sample_id, stored.capture, analysis, stored.status, stored.notes, stored.tags, stored.history
+                    stored.sample_id,
+                    stored.capture,
+                    analysis,
+                    stored.status,
+                    stored.notes,
+                    stored.tags,
+                    stored.history,
+                    proxied_turn(stored),
                 ),
                 index,
                 tokenizer,
@@ -675,6 +682,13 @@ class TokviewApp(App[None]):
         for command in super().get_system_commands(screen):
             if command.title not in ours:
                 yield command
+
+
+def proxied_turn(stored: StoredSample) -> tuple[str, int] | None:
+    """The session and turn of a sample `tokview proxy` recorded (its prompt id is its session), else None."""
+    if stored.sample_id.startswith("proxy:") and stored.turn is not None:
+        return stored.prompt_id, stored.turn
+    return None
 
 
 def _overturns(store: Store, ids: list[str], verdict: str) -> str:

@@ -28,6 +28,7 @@ from tokview.ui.display import (
     HEAT_CLASSES,
     VIEW_MODES,
     TokenSeq,
+    capped_middle,
     kept_seq,
     served_seq,
     shown,
@@ -64,6 +65,8 @@ class InspectData:
     tags: list[str] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     """The store's verdict history (who, when, status, reason, note, override), oldest first."""
+    session_turn: tuple[str, int] | None = None
+    """The proxied session and turn it is (`tokview proxy`'s sample: its prompt id and turn), for the title."""
 
 
 SEVERITY_RANK = {"error": 0, "warn": 1, "info": 2}
@@ -221,6 +224,9 @@ class InspectScreen(Screen[None]):
         if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation, which the id names)
             history = chain.get("history") or "served"  # short: on one line, "conversation NAME" left it all cut off
             title.append(shown(f"  #turn{chain.get('turn')} · {history} history"))
+        if d.session_turn is not None:  # as a batch chain's turn says its turn: the session it is in, and where
+            session, turn = d.session_turn
+            title.append(shown(f"  {capped_middle(session, 28)} #turn{turn}"))
         if d.tags:
             title.append("  tags: " + ", ".join(map(shown, d.tags)), "italic")
         if d.notes:
