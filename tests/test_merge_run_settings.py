@@ -12,7 +12,8 @@ PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
 
 
 def _batch(url: str, db: Path, *extra: str) -> None:
-    argv = ["batch", str(PROMPTS), "--server", url, "--db", str(db), "--run", "x", "--max-new-tokens", "5", *extra]
+    default = [] if "--max-new-tokens" in extra else ["--max-new-tokens", "5"]  # a flag given twice is refused
+    argv = ["batch", str(PROMPTS), "--server", url, "--db", str(db), "--run", "x", *default, *extra]
     assert main(argv) == 0
 
 

@@ -1,5 +1,6 @@
-"""The search box on agent traffic: a streamed answer's tool calls (stored only in its packed chunks) and a proxied
-request's prompt text are found, in a new store, in a store upgraded from schema 11, and after a merge from one."""
+"""The search box on agent traffic: a streamed answer's tool calls (stored only in its packed chunks) are found, in a
+new store, in a store upgraded from schema 11 (filled a batch at a time, resumed after a kill), after a merge from
+one, and from a part an older tokview wrote."""
 
 from __future__ import annotations
 
@@ -58,18 +59,6 @@ def test_a_streamed_answers_tool_calls_are_found_by_name_and_arguments(recorded)
         arguments = {c["arguments"] for i in streamed for c in store.load_sample(i).capture.tool_calls or []}
     assert arguments == {'{"city": "Paris"}'}  # what the simulated model calls it with, whatever the prompt
     assert _ids(recorded, '"city": "paris"') == streamed
-
-
-def test_a_proxied_requests_prompt_text_is_found(recorded) -> None:
-    """A proxied request's messages are stored in its raw body, not the messages column: its prompt's text was never
-    found ("Compute with your tools" found no sample)."""
-    with Store(recorded) as store:
-        rows = store.query("SELECT sample_id, raw_request FROM samples")
-    asked = {sid for sid, body in rows if "Compute with your tools" in body}
-    assert asked and len(asked) < len(rows)
-    assert _ids(recorded, "compute with your TOOLS") == asked
-    assert _ids(recorded, "Reykjavik") == {sid for sid, body in rows if "Reykjavik" in body}
-    assert not _ids(recorded, "role")  # the JSON's keys are no text: "role" would find every sample
 
 
 def _as_schema_11(db: Path) -> None:
@@ -140,3 +129,58 @@ def test_a_part_an_older_tokview_wrote_lands_with_its_calls_found(recorded, tmp_
         sink.write_part([record])
         assert store.ingest()[0] == 1
     assert _ids(tmp_path / "new.duckdb", "get_weather") == {"old-part"}
+
+
+def test_a_lone_surrogate_in_an_old_rows_arguments_never_keeps_the_store_from_opening(tmp_path) -> None:
+    """An older tokview stored a server's `\\ud83d` escape in a call's arguments as it came: the upgrade decoded it to
+    a lone surrogate, DuckDB refused it, the upgrade rolled back, and every later open failed the same way."""
+    from tokview.store.tool_call_text import body_tool_calls_text, tool_calls_text
+
+    body = '{"choices": [{"message": {"tool_calls": [{"function": {"name": "f", "arguments": "half \\ud83d"}}]}}]}'
+    assert body_tool_calls_text("vllm-chat", body, None) == "f half \\ud83d"
+    assert body_tool_calls_text("vllm-chat", "[" * 5000 + "]" * 5000, None) == ""  # deeper than Python reads
+    assert tool_calls_text([{"name": "g", "arguments": "\ud800 é"}]) == "g \\ud800 é"
+    db = tmp_path / "old.duckdb"
+    Store(db).close()
+    conn = duckdb.connect(str(db))
+    conn.execute(
+        "INSERT INTO samples (sample_id, prompt_id, prompt_ids, output_ids, valid, n_errors, codes, prompt_len, "
+        "output_len, supervised, created_at, endpoint, raw_response) VALUES ('s', 'p', [1], [2], true, 0, [], 1, 1, 1, now(), "
+        "'vllm-chat', ?)",
+        [body],
+    )
+    conn.execute("DELETE FROM schema_version WHERE version = 12")
+    conn.close()
+    assert _ids(db, "half \\ud83d") == {"s"}
+
+
+def test_an_upgrade_a_kill_cut_short_goes_on_at_the_next_open(recorded, tmp_path, monkeypatch) -> None:
+    """The fill commits a batch at a time (one transaction held every filled value in memory: gigabytes on a big agent
+    store); the rows a kill left unfilled are filled by the next open."""
+    from tokview.store import tool_call_text
+
+    old = tmp_path / "cut.duckdb"
+    shutil.copy(recorded, old)
+    _as_schema_11(old)
+    monkeypatch.setattr(tool_call_text, "FILL_BATCH", 1)
+    calls = 0
+    real = tool_call_text._write
+
+    def killed_after_two(conn, values):
+        nonlocal calls
+        calls += 1
+        if calls > 2:
+            raise KeyboardInterrupt
+        real(conn, values)
+
+    monkeypatch.setattr(tool_call_text, "_write", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        Store(old)
+    conn = duckdb.connect(str(old))
+    nulls = conn.execute("SELECT count(*) FROM samples WHERE tool_calls_text IS NULL").fetchall()[0][0]
+    total = conn.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+    version = conn.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
+    conn.close()
+    assert version == 12 and nulls == total - 2  # the column and the two batches done are kept
+    monkeypatch.setattr(tool_call_text, "_write", real)
+    assert _ids(old, "get_weather") == _ids(recorded, "get_weather")

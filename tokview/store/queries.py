@@ -91,13 +91,10 @@ def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
 
 SEARCHED_COLUMNS = ("sample_id", "prompt_id", "content", "reasoning", "text", "tool_calls_text")
 """`text` is the only answer a raw-mode capture keeps; `tool_calls_text` the answer's calls (tool_call_text.py)."""
-MESSAGES = "coalesce(messages, json_extract(raw_request, '$.body.messages'))"
-"""The request's messages: their column, else (a `tokview proxy` row, whose request is stored whole as the harness
-sent it) its raw body's."""
 PROMPT_TEXT = (
-    f"array_to_string(list_filter(json_extract_string({MESSAGES}, '$[*].content'), "
+    "array_to_string(list_filter(json_extract_string(messages, '$[*].content'), "
     "lambda c: NOT starts_with(c, '[{\"type\"')), chr(10)) || chr(10) || "
-    f"array_to_string(json_extract_string({MESSAGES}, '$[*].content[*].text'), chr(10))"
+    "array_to_string(json_extract_string(messages, '$[*].content[*].text'), chr(10))"
 )
 """The prompt's text: each turn's content string, and the text of content given as parts (whose JSON, which
 `$[*].content` also returns, is left out). Never the JSON itself: "user" or "role" would find every sample."""
@@ -154,7 +151,7 @@ def text_search(text: str) -> tuple[str, list[Any]]:
     like = like_pattern(text)
     escaped = like_pattern(json.dumps(text, ensure_ascii=False)[1:-1])
     columns = [f"{c} ILIKE ? ESCAPE '\\'" for c in SEARCHED_COLUMNS]
-    prompt = f"(coalesce(messages, raw_request) ILIKE ? ESCAPE '\\' AND {PROMPT_TEXT} ILIKE ? ESCAPE '\\')"
+    prompt = f"(messages ILIKE ? ESCAPE '\\' AND {PROMPT_TEXT} ILIKE ? ESCAPE '\\')"
     clause = "(" + " OR ".join([*columns, prompt, LIVE_NOTES_AND_TAGS]) + ")"
     return clause, [*([like] * len(columns)), escaped, like, like, like]
 

@@ -9,7 +9,6 @@ Append new migrations; never edit an applied one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tokview.errors import TokviewError
@@ -311,16 +310,9 @@ def migrate(conn: DuckDBPyConnection) -> int:
     for version, name, statements in MIGRATIONS:
         if version <= before:
             continue
-        with transaction(conn):
-            conn.execute(";\n".join([*statements, _version_row(version, name)]))
-            if version in MIGRATION_FILLS:
-                MIGRATION_FILLS[version](conn)
+        _in_transaction(conn, [*statements, _version_row(version, name)])
+    fill_tool_calls_text(conn, commit_each=True)  # rows from before schema 12, also a fill a kill cut short
     return before
-
-
-MIGRATION_FILLS: dict[int, Callable[[DuckDBPyConnection], object]] = {12: fill_tool_calls_text}
-"""Migrations whose new column older rows get from their stored bodies, in Python, in the migration's transaction
-(a new store has no row to fill)."""
 
 
 def _create(conn: DuckDBPyConnection) -> None:

@@ -11,6 +11,7 @@ brings from such a store, filled after it).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +26,14 @@ FILL_BATCH = 500
 
 
 def tool_calls_text(calls: Sequence[dict[str, Any]] | None) -> str:
-    """One line per call, `name arguments` (either may be missing); '' for none."""
+    """One line per call, `name arguments` (either may be missing); '' for none. A lone surrogate (a `\\ud83d` escape
+    a server sent in the arguments) is kept as its escape: DuckDB refuses to store it, and a store whose upgrade
+    met one could not be opened at all."""
     lines = [" ".join(v for v in (call.get("name"), call.get("arguments")) if v) for call in calls or ()]
-    return "\n".join(lines)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", "\n".join(lines))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def body_tool_calls_text(endpoint: str | None, raw_response: str | None, parsed_raw_response: str | None) -> str:
@@ -36,31 +42,42 @@ def body_tool_calls_text(endpoint: str | None, raw_response: str | None, parsed_
     text = parsed_raw_response if endpoint == "dual" else raw_response
     try:
         body = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python reads: no calls to show
         return ""
     return tool_calls_text(tool_calls_of_response(unpack(body)))
 
 
-def fill_tool_calls_text(conn: DuckDBPyConnection) -> int:
-    """Fill `tool_calls_text` of every row that has none yet (NULL), from its stored body; returns the rows filled.
-    Runs inside the caller's transaction (the migration's, the merge's)."""
-    filled = 0
+def fill_tool_calls_text(conn: DuckDBPyConnection, *, commit_each: bool = False) -> int:
+    """Fill `tool_calls_text` of every row that has none yet (NULL), from its stored body, FILL_BATCH rows at a time
+    in rowid order; returns the rows filled. Inside the caller's transaction (a merge's, a landing's), or with
+    `commit_each` one transaction per batch (an upgrade: a store of a million agent rows held every filled value
+    in memory until one commit, gigabytes; a kill now keeps the batches done, and the next open goes on)."""
+    from tokview.store.connection import transaction
+
+    filled, after = 0, -1
     while True:
         rows = conn.execute(
-            "SELECT sample_id, endpoint, raw_response, parsed_raw_response FROM samples "
-            f"WHERE tool_calls_text IS NULL LIMIT {FILL_BATCH}"
+            "SELECT rowid, sample_id, endpoint, raw_response, parsed_raw_response FROM samples "
+            f"WHERE rowid > ? AND tool_calls_text IS NULL ORDER BY rowid LIMIT {FILL_BATCH}",
+            [after],
         ).fetchall()
         if not rows:
             return filled
-        values = [(sid, body_tool_calls_text(endpoint, raw, parsed)) for sid, endpoint, raw, parsed in rows]
-        conn.execute("CREATE OR REPLACE TEMP TABLE _tool_text (sample_id VARCHAR, t VARCHAR)")
-        # one statement for the whole round: executemany costs a prepared execution per row
-        conn.execute(
-            "INSERT INTO _tool_text VALUES " + ", ".join(["(?, ?)"] * len(values)), [v for r in values for v in r]
-        )
-        conn.execute(
-            "UPDATE samples SET tool_calls_text = _tool_text.t FROM _tool_text "
-            "WHERE samples.sample_id = _tool_text.sample_id"
-        )
-        conn.execute("DROP TABLE _tool_text")
+        after = rows[-1][0]
+        values = [(sid, body_tool_calls_text(endpoint, raw, parsed)) for _, sid, endpoint, raw, parsed in rows]
+        if commit_each:
+            with transaction(conn):
+                _write(conn, values)
+        else:
+            _write(conn, values)
         filled += len(rows)
+
+
+def _write(conn: DuckDBPyConnection, values: list[tuple[str, str]]) -> None:
+    conn.execute("CREATE OR REPLACE TEMP TABLE _tool_text (sample_id VARCHAR, t VARCHAR)")
+    # one statement for the whole batch: executemany costs a prepared execution per row
+    conn.execute("INSERT INTO _tool_text VALUES " + ", ".join(["(?, ?)"] * len(values)), [v for r in values for v in r])
+    conn.execute(
+        "UPDATE samples SET tool_calls_text = _tool_text.t FROM _tool_text WHERE samples.sample_id = _tool_text.sample_id"
+    )
+    conn.execute("DROP TABLE _tool_text")

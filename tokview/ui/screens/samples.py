@@ -110,7 +110,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
         with Horizontal(id="filter-bar"):
-            yield Input(placeholder="search text ( / )", id="search")
+            yield Input(placeholder="/ search", id="search")  # whole at 80 columns ("search tex" was cut)
             yield Select([(s, s) for s in STATUSES] + [("invalid", "invalid")], prompt="status", id="status")
             yield Select([], prompt="finding", id="code")
             yield Select([], prompt="run", id="run")
