@@ -128,6 +128,24 @@ async def test_next_unreviewed_from_a_sample_opened_elsewhere_starts_at_that_sam
         assert app.screen.data.sample_id == "p006@demo_gen0"
 
 
+async def test_next_unreviewed_from_a_sample_opened_elsewhere_in_a_list_filtered_to_pending(make_app, store):
+    """Its row was looked up after the verdict, when the rejected sample had already left the pending list: `]` went
+    back to the list's cursor (the first pending sample)."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        screen.query_one("#status").value = "pending"
+        await settle(app, pilot)
+        app.open_sample("p005@demo_gen0")
+        await settle(app, pilot)
+        await pilot.press("r", "enter", "right_square_bracket")
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
+        assert app.screen.data.sample_id == "p006@demo_gen0"
+
+
 async def test_next_unreviewed_in_a_list_filtered_to_pending_takes_the_next_row_not_the_one_after(make_app, store):
     """Filtered to pending, a verdict takes the judged sample out of the list: `]` counted from its old row and
     skipped the pending sample that took it (every other one), and the list's cursor drifted from the open

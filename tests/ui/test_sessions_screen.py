@@ -187,10 +187,10 @@ for _ in range(500):
 con.execute("INSERT INTO verdicts (sample_id, \"at\", kind) VALUES ('x', now(), 'note')")
 con.execute("CHECKPOINT")
 print("ready", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()
 con.close()
 """
-"""Another program that writes into the store (a note: the sessions' version changes) and holds it a while."""
+"""Another program that writes into the store (a note: the sessions' version changes) and holds it until told."""
 
 
 async def test_a_reload_while_another_program_holds_the_store_is_tried_again_after_it_lets_go(
@@ -215,15 +215,18 @@ async def test_a_reload_while_another_program_holds_the_store_is_tried_again_aft
         await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
         loads = screen.loads
         holder = subprocess.Popen(
-            [sys.executable, "-c", HOLD_AND_WRITE, str(db), "1.5"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", HOLD_AND_WRITE, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         try:
-            assert holder.stdout is not None
+            assert holder.stdout is not None and holder.stdin is not None
             assert (await asyncio.to_thread(holder.stdout.readline)).strip() == "ready"
             await _until(pilot, lambda: screen._files._retry_at is not None, "a poll meeting the held store")
+            screen._files._retry_at = None  # as after a read that met nothing: only the reload's failure sets it
             await pilot.press("ctrl+r")
-            await pilot.pause(0.6)  # the reload waits 0.3 s on the holder and fails
+            await _until(pilot, lambda: screen._files._retry_at is not None, "the reload meeting the held store")
             assert screen.loads == loads
+            holder.stdin.write("\n")
+            holder.stdin.flush()
         finally:
             await asyncio.to_thread(holder.wait)
         await _until(pilot, lambda: screen.loads > loads, "the holder's change shown", timeout=10)

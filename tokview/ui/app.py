@@ -149,10 +149,16 @@ class TokviewApp(App[None]):
         asked for, and only while that screen is still the one shown (a load the user walked away from is dropped)."""
         self._asked += 1
         self._asked_from = next((sc for sc in self.screen_stack[::-1] if not isinstance(sc, ModalScreen)), None)
-        self._load_sample(sample_id, index, self._asked)
+        listed = self.samples_screen.pending_search() if index is None and self.samples_screen is not None else None
+        self._load_sample(sample_id, index, self._asked, listed)
 
     @work(thread=True, exclusive=True, group="open-sample", exit_on_error=False)
-    def _load_sample(self, sample_id: str, index: int | None, asked: int) -> None:
+    def _load_sample(self, sample_id: str, index: int | None, asked: int, listed: PendingSearch | None = None) -> None:
+        """`listed`: the samples list, for a sample opened from elsewhere (a session's turns, w/W): its row there,
+        read now, before any verdict moves it, is where `]` and auto-advance go on from (from the list's cursor,
+        approving a session's third turn opened its first)."""
+        if listed is not None:
+            index = listed.row(sample_id)
         stored, analysis, tokenizer, profile = self.session.load(sample_id)  # an error: on_worker_state_changed
         seqs = served_seq(stored.capture, analysis, tokenizer), kept_seq(stored.capture, analysis, tokenizer)
         self.post_message(
@@ -576,19 +582,16 @@ class TokviewApp(App[None]):
         anchor = self.samples_screen.current_sample_id()
         screen = self.screen
         open_it = isinstance(screen, InspectScreen)
-        elsewhere = False  # opened from another screen (a session's turns): not from the list's row
         if isinstance(screen, InspectScreen):
             anchor = screen.data.sample_id
             if self._open_index is not None:
                 after = self._open_index
-            else:
-                elsewhere = True
         search = self.samples_screen.pending_search()  # read here, searched in a thread
-        self._find_next(search, after, open_it, anchor, elsewhere)
+        self._find_next(search, after, open_it, anchor)
 
     @work(thread=True, exclusive=True, group="next-unreviewed", exit_on_error=False)
-    def _find_next(self, search: PendingSearch, after: int, open_it: bool, anchor: str | None, elsewhere: bool) -> None:
-        self.post_message(NextFound(search.after(after, anchor, from_anchor=elsewhere), open_it))
+    def _find_next(self, search: PendingSearch, after: int, open_it: bool, anchor: str | None) -> None:
+        self.post_message(NextFound(search.after(after, anchor), open_it))
 
     @on(NextFound)
     def _next_found(self, event: NextFound) -> None:

@@ -368,14 +368,12 @@ class PendingSearch:
     order: str
     count: int
 
-    def after(self, index: int, anchor: str | None = None, *, from_anchor: bool = False) -> tuple[int, str] | None:
+    def after(self, index: int, anchor: str | None = None) -> tuple[int, str] | None:
         """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread);
-        `anchor`: the sample on row `index` before its verdict (`queries.first_pending_after`). `from_anchor`: the
-        anchor was opened from elsewhere (a session's turns), so its own row in the list is where to search from
-        (`index`, the list's cursor, only when the list does not show it): from the cursor, approving a session's
-        third turn opened its first."""
-        if from_anchor and anchor is not None:
-            row = self.store.reads.row_of(self.filters, self.order, anchor)
-            index = row if row is not None else index
+        `anchor`: the sample on row `index` before its verdict (`queries.first_pending_after`)."""
         found = self.store.reads.first_pending_after(self.filters, self.order, index, anchor)
         return found if found is not None and found[0] < self.count else None
+
+    def row(self, sample_id: str) -> int | None:
+        """The sample's row in the list (worker thread); None when the list does not show it."""
+        return self.store.reads.row_of(self.filters, self.order, sample_id)
