@@ -46,11 +46,46 @@ def test_an_upstream_restarted_as_another_server_is_recorded_as_that_server(tmp_
     assert any("is back as sglang 0.5.23 serving 'new-ckpt'" in line for line in said), said
 
 
-def test_a_sample_carries_the_model_its_answer_names() -> None:
-    """An upstream restarted between two requests (no failed connection to notice) answers as its new model: the
-    sample took the start-up probe's name, silently."""
+def test_the_model_an_answer_names_is_read_from_a_body_or_a_streams_first_chunk_naming_one() -> None:
+    """What the recorder holds against the start-up probe's name (said once when they differ: an alias the request
+    gave, or a restart no failed connection showed)."""
     from tokview.proxy.capture import served_model
 
     assert served_model({"model": "new-ckpt", "choices": []}) == "new-ckpt"
     assert served_model([{"choices": []}, {"model": "new-ckpt"}, {"model": "other"}]) == "new-ckpt"
     assert served_model({"model": ""}) is None and served_model([]) is None and served_model("x") is None
+
+
+def test_a_probe_of_an_upstream_that_hangs_is_bounded_and_not_repeated_at_every_request() -> None:
+    """Four probe calls of two attempts each held a request 20 s on a host that accepts and never answers; a probe that
+    failed was tried again by every request, and a request that connected cleared the need for one."""
+    import asyncio
+    import time
+
+    from tokview.proxy import app as proxy_app
+    from tokview.proxy.app import ProxyApp, Upstream
+
+    probes: list[float] = []
+
+    async def hangs(up: Upstream) -> Upstream:
+        probes.append(time.monotonic())
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def scenario() -> float:
+        up = Upstream("http://127.0.0.1:9", "vllm", down="refused at start")
+        app = ProxyApp([up], None, probe=hangs)
+        old = proxy_app.PROBE_AGAIN_S
+        proxy_app.PROBE_AGAIN_S = 0.2
+        try:
+            started = time.monotonic()
+            await app._probe_again(0)
+            took = time.monotonic() - started
+            assert app._stale[0] and app._probe_after[0] > time.monotonic()  # not again at once
+            await app.aclose()
+            return took
+        finally:
+            proxy_app.PROBE_AGAIN_S = old
+
+    took = asyncio.run(scenario())
+    assert took < 2 and len(probes) == 1

@@ -152,6 +152,8 @@ def _live_and_dead(tmp_path: Any, kimi_tok: Any, kimi_profile: Any) -> Iterator[
                 app.upstreams.append(proxy_app.Upstream(dead, "vllm"))  # a second upstream that went dark
                 app._down_until.append(0.0)
                 app._down_streak.append(0)
+                app._stale.append(False)
+                app._probe_after.append(0.0)
                 yield proxy, app
     finally:
         for s in fillers:

@@ -146,6 +146,9 @@ DOWN_S = 5.0
 """How long an upstream that refused a connection is passed over while another one is up (doubled each time in a
 row)."""
 DOWN_AFTER_TIMEOUT_S = 60.0
+PROBE_AGAIN_S = 5.0
+"""The longest an upstream back from failing to connect is probed, all its probe's calls together, before a request
+goes to it (a host that no longer answers must not hold each request the start-up probe's 30 s)."""
 """The same after a connection that did not come within `wire.CONNECT_TIMEOUT_S`: each try of a dead host stalls its
 requests that long, so it is tried seldom."""
 DOWN_MAX_S = 300.0
@@ -174,12 +177,17 @@ class ProxyApp:
         profile: ModelProfile | None = None,
         key: str | None = None,
         say: Callable[[str], None] | None = None,
-        probe: Callable[[int], Awaitable[Upstream]] | None = None,
+        probe: Callable[[Upstream], Awaitable[Upstream]] | None = None,
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
         self.probe = probe
-        """Detects upstream `i` again (its start-up probe): run when one that failed to connect is tried again."""
+        """Detects an upstream again (its start-up probe): run when one that failed to connect is tried again."""
         self._probing: dict[int, asyncio.Task[None]] = {}
+        self._stale = [upstream.down is not None for upstream in upstreams]
+        """Upstreams to probe again before their next request: one failed to connect (it may come back as another
+        server). Cleared only by a probe that succeeded: a request that connects says nothing of what answered."""
+        self._probe_after = [0.0] * len(upstreams)
+        """When an upstream whose probe failed may be probed again (a request that connects meanwhile goes on)."""
         self.max_answer_bytes = max_response_bytes()
         """The most bytes of one answer held (to take its ids out, and for the recorder): past it a stream is
         forwarded on and recorded as a failure, a JSON answer refused with a 502."""
@@ -197,6 +205,8 @@ class ProxyApp:
         """Requests to `UNRECORDED_GENERATIONS` forwarded, by path (the first of each path is said at once)."""
 
     async def aclose(self) -> None:
+        for task in list(self._probing.values()):  # shielded from the requests that waited on it: ended here
+            task.cancel()
         for upstream in self.upstreams:
             if upstream.pool is not None:
                 upstream.pool.close()
@@ -327,6 +337,7 @@ class ProxyApp:
         come within its timeout, long enough that the next try is not a stall every few seconds (a dead host), and
         twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`). Also told
         by the pool of a connect that failed after its request was cancelled (`UpstreamPool.on_unreachable`)."""
+        self._stale[i] = True  # whatever the backoff: it may come back as another server
         now = time.monotonic()
         if now < self._down_until[i]:  # another request of the same outage: one outage, one step of the backoff
             return
@@ -349,15 +360,16 @@ class ProxyApp:
         assert self.probe is not None
         old = self.upstreams[i]
         try:
-            new = await self.probe(i)
-        except TokviewError as exc:  # still down (the request then fails as before), or not a server to forward to
-            if not isinstance(exc, ServerUnreachable) and self.say is not None:
+            new = await asyncio.wait_for(self.probe(old), PROBE_AGAIN_S)  # four probes of 2 attempts each took 20 s
+        except (TokviewError, TimeoutError) as exc:  # still down (the request then fails as before), or not a
+            self._probe_after[i] = time.monotonic() + DOWN_S  # server to forward to: probed again a while later
+            if isinstance(exc, TokviewError) and not isinstance(exc, ServerUnreachable) and self.say is not None:
                 self.say(f"tokview proxy: {old.url} is back, but {one_line(exc)}: forwarded to as before")
             return
         before = (old.kind, old.stamp.get("server_version"), old.stamp.get("model"))
         after = (new.kind, new.stamp.get("server_version"), new.stamp.get("model"))
         old.kind, old.stamp, old.max_model_len, old.down = new.kind, new.stamp, new.max_model_len, None
-        self._down_streak[i] = 0  # answering: its next requests go without a probe
+        self._stale[i] = False  # answering as probed: its next requests go without a probe
         if before != after and self.say is not None:
             self.say(
                 f"tokview proxy: {old.url} is back as {_server_words(after)} (was {_server_words(before)}): its "
@@ -395,8 +407,9 @@ class ProxyApp:
         target = f"{ex.path}?{query}" if query else ex.path
         tried: set[int] = set()
         while True:
-            if self._down_streak[ex.upstream_index] and self.probe is not None:
-                await self._probe_again(ex.upstream_index)
+            i = ex.upstream_index
+            if self._stale[i] and self.probe is not None and time.monotonic() >= self._probe_after[i]:
+                await self._probe_again(i)
             content = self._prepare(ex)
             try:
                 upstream = self._pool(ex.upstream_index)

@@ -222,7 +222,6 @@ def build_capture(
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
         how = "the sglext ids" if id_fields(kind, stream, endpoint) == SGLEXT_FLAGS else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
-    named = served_model(answer)
     return Capture(
         **fields,
         settings=settings,
@@ -231,14 +230,14 @@ def build_capture(
         raw_request=raw_request,
         raw_response=raw_response,
         latency_s=latency_s,
-        **(stamp if named is None else {**stamp, "model": named}),
+        **stamp,
     )
 
 
 def served_model(answer: object) -> str | None:
-    """The model the answer names (a stream's first chunk naming one), which a sample carries over the name the
-    start-up probe read: an upstream restarted with another checkpoint had every later sample labelled with the old
-    one, silently. None when the answer names none."""
+    """The model the answer names (a stream's first chunk naming one); None when it names none. Only said when it
+    differs from the start-up probe's (`Recorder`): a sample keeps the probe's name, since SGLang and vLLM echo the
+    name the request gave ("default", an alias), which says nothing of the checkpoint."""
     if isinstance(answer, dict):
         model = answer.get("model")
     elif isinstance(answer, list):

@@ -37,7 +37,7 @@ from tokview.core.findings import WARN, id_text
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
-from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
+from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, served_model, settings_of
 from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLEXT_FLAGS, echo_hides_ids, id_fields
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
@@ -505,9 +505,9 @@ class Recorder:
                 f"malformed response: {exc}", item.server, named=item.named, user=item.user, sample_id=sample_id
             )
             return
-        probed = item.stamp.get("model")
-        if probed and capture.model != probed:
-            self._model_differs(item.server, str(probed), capture.model)
+        named, probed = served_model(answer), item.stamp.get("model")
+        if named and probed and named != probed:
+            self._model_differs(item.server, str(probed), named)
         same_prompt = [turn for ids, turn in placed if ids == capture.prompt_ids]
         done = self.sample(
             capture,
@@ -526,13 +526,14 @@ class Recorder:
     def _model_differs(self, server: str | None, probed: str, named: str | None) -> None:
         """Said once per upstream and name: an answer names another model than the start-up probe read (the
         upstream restarted with another checkpoint, or the request used another of its served names)."""
-        if (server, named) in self._models_said:
+        if (server, named) in self._models_said or len(self._models_said) >= MODEL_NAMES_SAID:
             return
         self._models_said.add((server, named))
         self.say(
-            f"tokview proxy: {scrub_text(server or 'the upstream')} answers as model {named!r}, not {probed!r} as at start (restarted with another "
-            "model, or another of its served names): its samples carry the name each answer gives; restart the proxy "
-            "to record the server's new version too."
+            f"tokview proxy: {scrub_text(server or 'the upstream')} answers as model {scrub_text(repr(named))}, not "
+            f"{scrub_text(repr(probed))} as its start-up probe said: the name the request gave (SGLang and vLLM echo "
+            "it), or another model since a restart that no failed connection showed (then restart the proxy: its "
+            "samples are recorded under the probe's name)."
         )
 
     def _next_id(self) -> str:
@@ -664,6 +665,10 @@ class Recorder:
         w = self.writer
         self.not_recorded += max(0, w.handed - w.ok - w.failed)
         self.recorded, self.failed = w.ok, w.failed  # an answer whose analysis failed is written as a failure
+
+
+MODEL_NAMES_SAID = 32
+"""Names said at most (an upstream naming another model in each answer said a line per answer)."""
 
 
 def _why_no_ids(item: Finished) -> str | None:

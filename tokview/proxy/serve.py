@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.default_store import DEFAULT_DB
 from tokview.errors import ExitCode, UserError
-from tokview.proxy.app import ProxyApp, Upstream
+from tokview.proxy.app import PROBE_AGAIN_S, ProxyApp, Upstream
 from tokview.proxy.recorder import Recorder
 from tokview.proxy.recorder_store import open_recorder_here
 from tokview.proxy.wire import FrontServer
@@ -107,11 +107,6 @@ def check_listen(config: ProxyConfig) -> tuple[str, int]:
     if not config.key:
         raise UserError(f"--allow-remote needs a key: set {PROXY_KEY_ENV} (clients send it as their bearer token)")
     return host, port
-
-
-PROBE_AGAIN_S = 5.0
-"""The longest an upstream back from failing to connect is probed before a request goes to it (a host that no longer
-answers at all must not hold each request the start-up probe's 30 s)."""
 
 
 def upstream_auth(url: str) -> str | None:
@@ -409,8 +404,11 @@ def build(config: ProxyConfig) -> ProxyApp:
     upstreams = detect_upstreams(config)
     recorder = open_recorder(config, upstreams)
 
-    async def probe(i: int) -> Upstream:  # an upstream back after failing to connect, detected again
-        return await _detect(config.servers[i], config.kind, config.profile, min(config.timeout, PROBE_AGAIN_S))
+    given = {id(up): url for up, url in zip(upstreams, config.servers, strict=True)}  # with its credentials
+
+    async def probe(up: Upstream) -> Upstream:  # an upstream back after failing to connect, detected again
+        url = given.get(id(up), up.url)
+        return await _detect(url, config.kind, config.profile, min(config.timeout, PROBE_AGAIN_S))
 
     say = config.say or _say_on_stderr
     return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key, say=say, probe=probe)
