@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flag_defaults import unless_given
 from hostile_events import Proc
 
 from tokview.sim import SimConfig, start_simulator
@@ -30,7 +31,7 @@ READERS = {"stats": 4, "show": 3, "export": 3}
 
 def batch_argv(url: str, prompts: Path, db: Path, *extra: str) -> list[str]:
     argv = [*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--workers", "1"]
-    return [*argv, "--concurrency", "2", "--max-new-tokens", "16", "--summary-json", *extra]
+    return [*argv, *unless_given(["--concurrency", "2", "--max-new-tokens", "16"], extra), "--summary-json", *extra]
 
 
 def content(db: Path) -> dict[str, tuple[Any, ...]]:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from flag_defaults import unless_given
 from hostile_proxy import FAULTS, hostile_proxy, proxy_url
 
 from tokview.sim import SimConfig, start_simulator
@@ -46,7 +47,8 @@ def prompts(tmp_path_factory) -> Path:
 def run_batch(url: str, prompts: Path, db: Path, *extra: str, retries: int = 1, timeout: float = RUN_LIMIT_S):
     """One `tokview batch` through the proxy, small and quick: 1 worker, short answers, `retries` retries."""
     argv = [*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--workers", "1", "--timeout", "2"]
-    argv += ["--concurrency", "2", "--max-new-tokens", "12", "--retries", str(retries), "--summary-json"]
+    argv += [*unless_given(["--concurrency", "2", "--max-new-tokens", "12"], extra), "--retries", str(retries)]
+    argv += ["--summary-json"]
     env = {**os.environ, "TOKVIEW_DEBUG": ""}
     return subprocess.run([*argv, *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
