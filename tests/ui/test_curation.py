@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.notifications import Notify
 from ui.helpers import open_first, settle
 
@@ -113,33 +114,22 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         assert store.load_sample("p003@demo_gen0").status == "approved"
 
 
-async def test_next_unreviewed_from_a_sample_opened_elsewhere_starts_at_that_samples_row(make_app, store):
+@pytest.mark.parametrize("status", [None, "pending"])
+async def test_next_unreviewed_from_a_sample_opened_elsewhere_starts_at_that_samples_row(make_app, store, status):
     """A sample opened from a session's turns (or by w/W) has no row of the list: `]` and auto-advance counted from
-    the list's cursor, so approving a session's third turn opened its first."""
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        assert app.screen.sample_list.cursor == 0
-        app.open_sample("p005@demo_gen0")  # as the sessions screen opens a turn: no list row
-        await settle(app, pilot)
-        assert isinstance(app.screen, InspectScreen)
-        await pilot.press("r", "enter", "right_square_bracket")
-        await settle(app, pilot)
-        assert app.screen.data.sample_id == "p006@demo_gen0"
-
-
-async def test_next_unreviewed_from_a_sample_opened_elsewhere_in_a_list_filtered_to_pending(make_app, store):
-    """Its row was looked up after the verdict, when the rejected sample had already left the pending list: `]` went
-    back to the list's cursor (the first pending sample)."""
+    the list's cursor, so approving a session's third turn opened its first. Filtered to pending, its row was then
+    looked up after the verdict, when the rejected sample had already left the list: the cursor again."""
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, SamplesScreen)
-        screen.query_one("#status").value = "pending"
+        assert isinstance(screen, SamplesScreen) and screen.sample_list.cursor == 0
+        if status is not None:
+            screen.query_one("#status").value = status
+            await settle(app, pilot)
+        app.open_sample("p005@demo_gen0")  # as the sessions screen opens a turn: no list row
         await settle(app, pilot)
-        app.open_sample("p005@demo_gen0")
-        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
         await pilot.press("r", "enter", "right_square_bracket")
         await settle(app, pilot)
         assert isinstance(app.screen, InspectScreen)

@@ -80,14 +80,27 @@ async def _until(pilot: Any, done: Any, what: str, timeout: float = 10.0) -> Non
         await pilot.pause(0.02)
 
 
+async def _open_sessions(app: Any, pilot: Any) -> None:
+    """`V`, and wait for the sessions list's first load."""
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    await pilot.press("V")
+    await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+
+
+def _copy(recorded: str, to: Path) -> Path:
+    """A copy of the recorded store a test may change."""
+    to.write_bytes(Path(recorded).read_bytes())
+    return to
+
+
 async def test_v_lists_sessions_enter_opens_the_turns_and_a_turn_in_inspect(recorded, tokenizer, profile) -> None:
     from tokview.ui.screens.inspect import InspectScreen
-    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+    from tokview.ui.screens.sessions import SessionTurnsScreen
 
     app = _app(recorded, tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         screen = app.screen
         assert len(screen.rows) == 2
         assert {r.session_id for r in screen.rows} >= {"user:alice"}
@@ -110,14 +123,12 @@ async def test_v_lists_sessions_enter_opens_the_turns_and_a_turn_in_inspect(reco
 async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
     sim, recorded, tmp_path, tokenizer, profile
 ) -> None:
-    from tokview.ui.screens.sessions import SessionsScreen
 
     db = str(tmp_path / "live.duckdb")
     Path(db).write_bytes(Path(recorded).read_bytes())
     app = _app(db, tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         screen = app.screen
         assert len(screen.rows) == 2
         config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=tokenizer, profile=profile)
@@ -138,14 +149,11 @@ async def test_a_store_moved_away_while_the_list_is_open_is_said_once_and_never_
     recorded, tmp_path, tokenizer, profile
 ) -> None:
     """Each poll made an empty DuckDB file at the moved store's path and said its missing tables, every second."""
-    from tokview.ui.screens.sessions import SessionsScreen
 
-    db = tmp_path / "moving.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "moving.duckdb")
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         app.session.store._file.release(force=True)
         db.rename(tmp_path / "moved.duckdb")
         gone = lambda: [n for n in app._notifications if "is gone" in str(n.message)]  # noqa: E731
@@ -166,12 +174,10 @@ async def test_an_open_sessions_list_never_takes_the_store_from_the_proxy(
     from tokview.ui.screens.sessions import SessionsScreen
 
     monkeypatch.setattr(SessionsScreen, "poll_s", 0.02)
-    db = tmp_path / "idle.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "idle.duckdb")
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
         assert await refused_connects(pilot, str(db)) == 0
 
@@ -201,15 +207,11 @@ async def test_a_reload_while_another_program_holds_the_store_is_tried_again_aft
     import subprocess
     import sys
 
-    from tokview.ui.screens.sessions import SessionsScreen
-
     monkeypatch.setenv("TOKVIEW_STORE_WAIT_S", "0.3")
-    db = tmp_path / "held.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "held.duckdb")
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         screen = app.screen
         screen._files.retry_s = 0.5
         await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
@@ -237,8 +239,7 @@ def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_eve
     the summary totalled only the listed rows (at most MAX_SESSIONS)."""
     from tokview.store.sessions_query import session_totals
 
-    db = tmp_path / "failed.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "failed.duckdb")
     with Store(db) as store:
         for n in range(2):
             store.put_failure("user:bob", f"proxy:r:bob{n}", "r", "HTTP 500 from the upstream")
@@ -254,18 +255,16 @@ def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_eve
 async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, tmp_path, tokenizer, profile) -> None:
     """The sessions list counted alice's failed request, but her chain of turns never showed it: a person looking
     for it found two turns and no trace of the third request."""
-    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+    from tokview.ui.screens.sessions import SessionTurnsScreen
 
-    db = tmp_path / "failed_turn.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "failed_turn.duckdb")
     with Store(db) as store:
         store.put_failure("user:alice", "proxy:r:alice-x", "r", "refused by the upstream: HTTP 400: [bad] request")
         turns = session_turns(store, "user:alice")
     assert [(t.turn, t.failed) for t in turns] == [(0, False), (1, False), (-1, True)]  # it came last
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         while app.screen.rows[app.screen.query_one("DataTable").cursor_row].session_id != "user:alice":
             await pilot.press("down")
         await pilot.press("enter")
@@ -295,7 +294,7 @@ async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_mer
     """Two harnesses both named their session alice; merged, the list showed one alice of 4 turns, its turns 0, 0,
     1, 1 from both. A restarted proxy's turns that go on with a conversation stay one conversation."""
     from tokview.cli import main
-    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+    from tokview.ui.screens.sessions import SessionTurnsScreen
 
     first, second, merged = (str(tmp_path / f"{n}.duckdb") for n in ("first", "second", "merged"))
     questions = ["What is 2 + 2?", "And 3 + 3?", "And 4 + 4?"]  # three proxy runs
@@ -316,8 +315,7 @@ async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_mer
     await asyncio.to_thread(_alice, sim, merged, tokenizer, profile, ["Hello?"], "alice (2)")
     app = _app(merged, tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         assert sorted(r.label for r in app.screen.rows) == ["user:alice", "user:alice (2)", "user:alice (2)"]
         while app.screen.rows[app.screen.query_one("DataTable").cursor_row].part != 1:
             await pilot.press("down")
@@ -333,10 +331,8 @@ async def test_failed_requests_of_unnamed_harnesses_are_counted_apart_not_as_a_s
     """A failed request of a harness that names no session has no ids to place it by: filed under `RUN:unplaced`, it
     was listed as a session of failures and counted among the sessions (3 sessions for 2 conversations)."""
     from tokview.store.sessions_query import session_totals
-    from tokview.ui.screens.sessions import SessionsScreen
 
-    db = tmp_path / "unplaced.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "unplaced.duckdb")
     with Store(db) as store:
         for n in range(3):
             store.put_failure("proxy:r:unplaced", f"proxy:r:u{n}", "r", "refused by the upstream: HTTP 400: too long")
@@ -345,8 +341,7 @@ async def test_failed_requests_of_unnamed_harnesses_are_counted_apart_not_as_a_s
         assert (totals.sessions, totals.turns, totals.unplaced_failures) == (2, 3, 3)
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         assert len(app.screen.rows) == 2
         said = str(app.screen.query_one("#sessions-summary").render())
         assert "2 sessions · 3 turns" in said and "3 failed requests in no session" in said, said
@@ -373,12 +368,11 @@ async def test_at_80_columns_the_sessions_counts_and_the_turns_answers_show(reco
     """At 80 columns the name took 50 cells and every count was off-screen; a run's unnamed sessions, cut at their
     end, all read `proxy:proxy-2026…`; each turn's id repeated the run's long prefix; and a tool-calling turn's answer
     showed the start of its reasoning, never its calls."""
-    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen, label_cells
+    from tokview.ui.screens.sessions import SessionTurnsScreen, label_cells
 
     app = _app(recorded, tokenizer, profile)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         table = app.screen.query_one("#sessions-table")
         header = table.render_line(0).text
         assert all(name in header for name in ("session", "turns", "context", "output", "findings", "failed")), header
@@ -392,8 +386,7 @@ async def test_at_80_columns_the_sessions_counts_and_the_turns_answers_show(reco
 
 
 def test_a_tool_calling_turn_lists_its_calls_as_its_answer(recorded, tmp_path) -> None:
-    db = tmp_path / "calls.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "calls.duckdb")
     with Store(db) as store:
         store.execute('UPDATE samples SET tool_calls_text = \'get_weather {"city": "Oslo"}\', content = NULL')
         turns = session_turns(store, "user:alice")
@@ -422,14 +415,12 @@ async def test_curation_keys_act_on_the_turn_under_the_cursor_and_undo_works_on_
 ) -> None:
     """a, r, n, t and u did nothing on a session's turns (no bell, no word), though help lists them everywhere."""
     from tokview.ui.screens.export_dialog import ExportDialog
-    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+    from tokview.ui.screens.sessions import SessionTurnsScreen
 
-    db = tmp_path / "curate.duckdb"
-    db.write_bytes(Path(recorded).read_bytes())
+    db = _copy(recorded, tmp_path / "curate.duckdb")
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("V")
-        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        await _open_sessions(app, pilot)
         sessions = app.screen
         sessions.query_one("#sessions-table").move_cursor(
             row=next(k for k, r in enumerate(sessions.rows) if r.session_id == "user:alice")
