@@ -28,10 +28,10 @@ def test_a_select_all_export_says_what_it_holds_that_no_default_selection_would(
     out = tmp_path / "all.jsonl"
     assert main(["export", "--db", str(db), "--format", "speculators", "--select", "all", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "WARNING: of the exported rows, 1 has error findings, 1 was cut by max tokens, 1 was rejected" in err, err
+    assert "WARNING: of the exported rows, 1 was cut by max tokens, 1 was rejected by a reviewer" in err, err
     assert f"refused, first of each: no_supervised_tokens: {refused}" in err, err
     counts = json.loads((tmp_path / "all.manifest.json").read_text())["counts"]
-    assert counts["unfit"] == {"with_error_findings": 1, "cut_by_max_tokens": 1, "rejected": 1}
+    assert counts["unfit"] == {"cut_by_max_tokens": 1, "rejected": 1}  # the cut one counted once
     assert counts["refused_examples"] == {"no_supervised_tokens": [refused]}
     assert cut != rejected
     assert main(["export", "--db", str(db), "--format", "speculators", "--out", str(tmp_path / "valid.jsonl")]) == 0

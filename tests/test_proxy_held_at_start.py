@@ -53,3 +53,32 @@ def test_a_proxy_started_on_a_held_store_forwards_and_lands_once_it_is_free(
     with Store(db) as store:
         assert store.count_samples() == 1
         assert store.query("SELECT count(*) FROM runs WHERE run_id LIKE 'proxy-%'") == [(1,)]
+
+
+def test_a_proxy_that_stops_while_its_store_is_still_held_leaves_its_run_for_the_next_command(
+    tmp_path, kimi_tok, kimi_profile
+):
+    """Its answers stayed in parts and the next command landed them with no runs row: the run's settings, profile,
+    tokenizer and servers were gone."""
+    db = tmp_path / "still.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with start_simulator(SimConfig(kind="vllm")) as sim:
+            config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(db), tokenizer=kimi_tok, profile=kimi_profile)
+            config.say, config.lock_timeout, config.record_in = (lambda line: None), 0.3, "thread"
+            with start_proxy(config) as proxy, httpx.Client(timeout=30) as client:
+                body = {"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "Hi?"}], "max_tokens": 8}
+                assert client.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
+    finally:
+        holder.kill()
+        holder.wait()
+    with Store(db) as store:  # the next command: lands the parts, the run first
+        assert store.count_samples() == 1
+        runs = store.query("SELECT run_id, profile, source FROM runs")
+        (run_id,) = {r[0] for r in store.query("SELECT run_id FROM samples")}
+    assert runs == [(run_id, kimi_profile.name, "tokview proxy")]
+    assert not list((tmp_path / "still.duckdb.parts").glob("run-*"))

@@ -989,3 +989,17 @@ def test_a_users_unrelated_conversation_starts_a_session_of_its_own_and_each_goe
     named = [_turn(book, SYSTEM + p, [2], None, named="agent") for p in ([1], [9])]
     assert [t.session_id for t in named] == ["session:agent"] * 2  # a header names one session, whatever comes
     assert named[1].break_at is not None
+
+
+def test_a_users_conversations_number_on_past_one_a_restart_did_not_restore() -> None:
+    """Only `user:alice/3` restored: its next turn went to `user:alice` as a second turn 0, and a new conversation of
+    alice's would have taken that id too."""
+    book = SessionBook("r")
+    tasks = [[{"role": "user", "content": f"task {k}"}] for k in range(4)]
+    for k in range(3):
+        _turn(book, SYSTEM + [k + 1], [50 + k], tasks[k], user="alice")
+    del book._sessions["user:alice"], book._sessions["user:alice/2"]  # not restored
+    again = _turn(book, SYSTEM + [3, 52, 9], [1], tasks[2], user="alice")
+    fresh = _turn(book, SYSTEM + [7], [1], tasks[3], user="alice")
+    assert (again.session_id, again.turn) == ("user:alice/3", 1)
+    assert (fresh.session_id, fresh.turn) == ("user:alice/4", 0)

@@ -89,3 +89,38 @@ def test_a_probe_of_an_upstream_that_hangs_is_bounded_and_not_repeated_at_every_
 
     took = asyncio.run(scenario())
     assert took < 2 and len(probes) == 1
+
+
+def test_an_upstream_answering_though_its_probe_timed_out_is_not_probed_at_every_request(
+    tmp_path, kimi_tok, kimi_profile, monkeypatch
+) -> None:
+    """A server too busy to answer the probe's calls within the bound stayed "to probe": every DOWN_S one request waited
+    the whole bound again, for good."""
+    import asyncio
+    import time
+
+    from tokview.proxy import app as proxy_app
+
+    monkeypatch.setattr(proxy_app, "PROBE_AGAIN_S", 0.3)
+    said: list[str] = []
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=None, tokenizer=kimi_tok, profile=kimi_profile)
+        config.say = said.append
+        with start_proxy(config) as proxy, httpx.Client(timeout=30) as client:
+            probes: list[float] = []
+
+            async def busy(up: Any) -> Any:
+                probes.append(time.monotonic())
+                await asyncio.sleep(3600)
+
+            proxy.app.probe = busy
+            proxy.app._stale[0] = True  # as after a failed connection
+            walls = []
+            for _ in range(3):
+                began = time.monotonic()
+                assert _ask(client, proxy.url, sim.cfg.model_name).status_code == 200
+                walls.append(time.monotonic() - began)
+            proxy.app._probe_after[0] = 0.0  # past the wait a failed probe leaves: it would probe again if stale
+            assert _ask(client, proxy.url, sim.cfg.model_name).status_code == 200
+    assert len(probes) == 1 and walls[0] >= 0.3 and max(walls[1:]) < 0.3, (probes, walls)
+    assert any("could not be probed within 0.3 s" in line for line in said), said

@@ -227,7 +227,7 @@ def summary(result: ExportResult) -> str:
             + " (up to 20 each in the manifest's refused_examples)"
         )
     unfit = result.seen.unfit if result.seen is not None else None
-    if unfit:
+    if unfit and result.select == "all":  # --include-invalid asked for them: the manifest counts them
         lines.append(f"WARNING: {unfit_warning(unfit)}")
     if result.left_out:
         reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())

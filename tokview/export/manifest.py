@@ -42,8 +42,8 @@ def builtin_template_warning(fmt: ExportFormat, template_name: str | None, famil
 def unfit_warning(unfit: Counter[str]) -> str:
     """What the exported rows no default selection takes are (`Provenance.unfit`), in one sentence."""
     said = {
-        "with_error_findings": ("has", "have", "error findings"),
         "cut_by_max_tokens": ("was", "were", "cut by max tokens"),
+        "with_error_findings": ("has", "have", "other error findings"),
         "rejected": ("was", "were", "rejected by a reviewer"),
     }
     parts = [f"{unfit[k]} {one if unfit[k] == 1 else many} {what}" for k, (one, many, what) in said.items() if unfit[k]]
@@ -76,10 +76,10 @@ class Provenance:
         if row["run_id"]:
             self.runs.add(row["run_id"])
         self.finish[str(capture.finish_reason)] += 1
-        if row.get("valid") is False:
-            self.unfit["with_error_findings"] += 1
         if "truncated" in (row.get("codes") or ()):  # cut mid-turn (a whole turn that ends at the limit is not)
             self.unfit["cut_by_max_tokens"] += 1
+        elif row.get("valid") is False:  # counted once: `truncated` is an error finding too
+            self.unfit["with_error_findings"] += 1
         if row.get("status") == "rejected":
             self.unfit["rejected"] += 1
 
@@ -104,7 +104,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         )
     if result.lengths is not None:
         warnings += result.lengths.warnings()
-    if seen.unfit:
+    if seen.unfit and result.select == "all":  # asked for (--include-invalid): counted, not warned of
         warnings.append(unfit_warning(seen.unfit))
     counts = {
         "selected": result.selected,

@@ -146,11 +146,11 @@ DOWN_S = 5.0
 """How long an upstream that refused a connection is passed over while another one is up (doubled each time in a
 row)."""
 DOWN_AFTER_TIMEOUT_S = 60.0
+"""The same after a connection that did not come within `wire.CONNECT_TIMEOUT_S`: each try of a dead host stalls its
+requests that long, so it is tried seldom."""
 PROBE_AGAIN_S = 5.0
 """The longest an upstream back from failing to connect is probed, all its probe's calls together, before a request
 goes to it (a host that no longer answers must not hold each request the start-up probe's 30 s)."""
-"""The same after a connection that did not come within `wire.CONNECT_TIMEOUT_S`: each try of a dead host stalls its
-requests that long, so it is tried seldom."""
 DOWN_MAX_S = 300.0
 PROMPT_KEY = 2000
 """Characters (or ids) of a completion prompt that tie it to its conversation's upstream: past the system prompt and
@@ -188,6 +188,9 @@ class ProxyApp:
         server). Cleared only by a probe that succeeded: a request that connects says nothing of what answered."""
         self._probe_after = [0.0] * len(upstreams)
         """When an upstream whose probe failed may be probed again (a request that connects meanwhile goes on)."""
+        self._probe_failed = [False] * len(upstreams)
+        """Its last probe failed: a request that then gets an answer ends the need for one (said once), or a server
+        too busy to answer a probe within PROBE_AGAIN_S stalled a request every DOWN_S, for good."""
         self.max_answer_bytes = max_response_bytes()
         """The most bytes of one answer held (to take its ids out, and for the recorder): past it a stream is
         forwarded on and recorded as a failure, a JSON answer refused with a 502."""
@@ -361,11 +364,13 @@ class ProxyApp:
         old = self.upstreams[i]
         try:
             new = await asyncio.wait_for(self.probe(old), PROBE_AGAIN_S)  # four probes of 2 attempts each took 20 s
-        except (TokviewError, TimeoutError) as exc:  # still down (the request then fails as before), or not a
-            self._probe_after[i] = time.monotonic() + DOWN_S  # server to forward to: probed again a while later
+        except Exception as exc:  # still down (the request then fails as before), too slow, or not a server to
+            self._probe_after[i] = time.monotonic() + DOWN_S  # forward to: probed again a while later
+            self._probe_failed[i] = True
             if isinstance(exc, TokviewError) and not isinstance(exc, ServerUnreachable) and self.say is not None:
                 self.say(f"tokview proxy: {old.url} is back, but {one_line(exc)}: forwarded to as before")
             return
+        self._probe_failed[i] = False
         before = (old.kind, old.stamp.get("server_version"), old.stamp.get("model"))
         after = (new.kind, new.stamp.get("server_version"), new.stamp.get("model"))
         old.kind, old.stamp, old.max_model_len, old.down = new.kind, new.stamp, new.max_model_len, None
@@ -374,6 +379,16 @@ class ProxyApp:
             self.say(
                 f"tokview proxy: {old.url} is back as {_server_words(after)} (was {_server_words(before)}): its "
                 "answers are asked for and recorded as that server's from now on"
+            )
+
+    def _answering_unprobed(self, i: int) -> None:
+        """Upstream `i` answers a request though its probe failed (a server too busy for the probe's calls): taken
+        as the server probed at start, said once, and probed again only after it fails to connect again."""
+        self._stale[i] = self._probe_failed[i] = False
+        if self.say is not None:
+            self.say(
+                f"tokview proxy: {self.upstreams[i].url} answers again but could not be probed within "
+                f"{PROBE_AGAIN_S:g} s: its answers are recorded as the server probed before"
             )
 
     def _connected(self, ex: _Exchange) -> None:
@@ -414,6 +429,8 @@ class ProxyApp:
             try:
                 upstream = self._pool(ex.upstream_index)
                 response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
+                if self._probe_failed[i]:
+                    self._answering_unprobed(i)
                 if self._down_streak[ex.upstream_index] or self._down_until[ex.upstream_index]:
                     self._connected(ex)
                 break

@@ -49,6 +49,17 @@ def open_recorder_here(
 
     profile = config.profile  # known not None here, also inside `recorder_of`
 
+    run_fields = {
+        "settings": {"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
+        "profile": profile.name,
+        "tokenizer_dir": str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
+        "tokenizer_hash": tok.fingerprint() if tok is not None else None,
+        "template_hash": tok.template_hash() if tok is not None else None,
+        "server_info": [{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
+        "source": "tokview proxy",
+        "profile_def": profile_fields(profile),
+    }
+
     def opened() -> Store:
         store = Store(
             config.db or "",
@@ -57,22 +68,17 @@ def open_recorder_here(
             on_wait=None if say is None else waiting,
             linger=0,
         )
-        store.put_run(
-            config.run_id,
-            settings={"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
-            profile=profile.name,
-            tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
-            tokenizer_hash=tok.fingerprint() if tok is not None else None,
-            template_hash=tok.template_hash() if tok is not None else None,
-            server_info=[{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
-            source="tokview proxy",
-            profile_def=profile_fields(profile),
-        )
+        store.put_run(config.run_id, **run_fields)  # type: ignore[arg-type]  # the fields put_run takes
         return store
 
     try:
         store = opened()
     except StoreHeld as exc:  # a notebook's connection kept the proxy from starting at all: it starts, lands later
+        from tokview.store.parts import parts_dir
+        from tokview.store.run_files import write_run_file
+
+        # kept beside the parts: still held when the proxy stops, the next command records the run with its answers
+        write_run_file(parts_dir(config.db or ""), config.run_id, run_fields)
         late = LateStore(config.db or "", config.servers, opened)
         recorder = Recorder(late, profile=profile, tokenizer=tok, run_id=config.run_id, say=say, threaded=threaded)  # type: ignore[arg-type]  # a Store's recording side
         recorders.append(recorder)

@@ -315,11 +315,15 @@ class SessionBook:
         return Turn(f"{base}/{len(conversations) + 1}", 0, "user")
 
     def _user_conversations(self, base: str) -> list[str]:
-        """The session ids of `base`'s conversations this book knows, in order: `base`, `base/2`, …"""
-        found = [base]
-        while f"{base}/{len(found) + 1}" in self._sessions or f"{base}/{len(found) + 1}" in self._named_turns:
-            found.append(f"{base}/{len(found) + 1}")
-        return found
+        """The session ids of `base`'s conversations, in order: `base`, `base/2`, … up to the highest this book
+        knows (one a restart did not restore leaves a gap: numbered on from there, never again from the gap)."""
+        prefix = base + "/"
+        numbers = [
+            int(tail)
+            for known in (*self._sessions, *self._named_turns)
+            if known.startswith(prefix) and (tail := known[len(prefix) :]).isdigit()
+        ]
+        return [base, *(f"{base}/{n}" for n in range(2, max(numbers, default=1) + 1))]
 
     def _place_named(
         self,

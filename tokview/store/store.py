@@ -40,6 +40,7 @@ from tokview.store.landing import Landing, has_parts, merge_source
 from tokview.store.part_sink import PartSink
 from tokview.store.query_repo import CloserKey, QueryRepository
 from tokview.store.review_repo import ReviewRepository
+from tokview.store.run_files import land_run_files
 from tokview.store.sample_repo import RunProvenance, SampleRepository
 from tokview.store.sample_rows import SampleFilter, SampleIdentity, SampleRow, StoredSample
 from tokview.store.schema import migrate, refuse_foreign, refuse_unmigrated
@@ -190,6 +191,7 @@ class Store:
         if self.read_only:
             raise StoreError(f"cannot write to {self.path}: the store is read-only")
         try:
+            land_run_files(self)  # a run a writer could not record (`run_files.py`): its row before its samples
             return self._ingest_parts()
         except (StoreFull, StoreHeld):  # held: nothing was read, and a salvage would wait for the file once more
             raise
