@@ -124,3 +124,23 @@ def test_an_upstream_answering_though_its_probe_timed_out_is_not_probed_at_every
             assert _ask(client, proxy.url, sim.cfg.model_name).status_code == 200
     assert len(probes) == 1 and walls[0] >= 0.3 and max(walls[1:]) < 0.3, (probes, walls)
     assert any("could not be probed within 0.3 s" in line for line in said), said
+
+
+def test_a_probe_refused_at_once_is_tried_again_by_the_next_request_and_never_taken_as_answered() -> None:
+    """A server still restarting refuses the probe: taken as "too slow to probe", the request that reached it once it
+    was up cleared the need for a probe, and the server it came back as was never read."""
+    import asyncio
+
+    from tokview.proxy.app import ProxyApp, Upstream
+    from tokview.servers.errors import ServerUnreachable
+
+    async def refused(up: Upstream) -> Upstream:
+        raise ServerUnreachable("connection refused")
+
+    async def scenario() -> tuple[bool, bool, float]:
+        app = ProxyApp([Upstream("http://127.0.0.1:9", "vllm", down="refused at start")], None, probe=refused)
+        await app._probe_again(0)
+        await app.aclose()
+        return app._stale[0], app._probe_failed[0], app._probe_after[0]
+
+    assert asyncio.run(scenario()) == (True, False, 0.0)

@@ -151,6 +151,8 @@ requests that long, so it is tried seldom."""
 PROBE_AGAIN_S = 5.0
 """The longest an upstream back from failing to connect is probed, all its probe's calls together, before a request
 goes to it (a host that no longer answers must not hold each request the start-up probe's 30 s)."""
+QUICK_REFUSAL_S = 1.0
+"""A probe that fails this fast met a server still down (refused): it holds no request, so the next one probes again."""
 DOWN_MAX_S = 300.0
 PROMPT_KEY = 2000
 """Characters (or ids) of a completion prompt that tie it to its conversation's upstream: past the system prompt and
@@ -362,11 +364,15 @@ class ProxyApp:
     async def _probe(self, i: int) -> None:
         assert self.probe is not None
         old = self.upstreams[i]
+        began = time.monotonic()
         try:
             new = await asyncio.wait_for(self.probe(old), PROBE_AGAIN_S)  # four probes of 2 attempts each took 20 s
-        except Exception as exc:  # still down (the request then fails as before), too slow, or not a server to
-            self._probe_after[i] = time.monotonic() + DOWN_S  # forward to: probed again a while later
-            self._probe_failed[i] = True
+        except Exception as exc:
+            if isinstance(exc, ServerUnreachable) and time.monotonic() - began < QUICK_REFUSAL_S:
+                return  # still down, refused at once: the request fails as before, the next one probes again
+            # too slow to answer the probe, or not a server to forward to: probed again a while later, and taken
+            # as the server probed before if it answers the request meanwhile (`_answering_unprobed`)
+            self._probe_after[i], self._probe_failed[i] = time.monotonic() + DOWN_S, True
             if isinstance(exc, TokviewError) and not isinstance(exc, ServerUnreachable) and self.say is not None:
                 self.say(f"tokview proxy: {old.url} is back, but {one_line(exc)}: forwarded to as before")
             return
