@@ -1003,3 +1003,17 @@ def test_a_users_conversations_number_on_past_one_a_restart_did_not_restore() ->
     fresh = _turn(book, SYSTEM + [7], [1], tasks[3], user="alice")
     assert (again.session_id, again.turn) == ("user:alice/3", 1)
     assert (fresh.session_id, fresh.turn) == ("user:alice/4", 0)
+
+
+def test_a_user_name_that_looks_numbered_never_breaks_or_stalls_another_users_placement() -> None:
+    """`alice/²` made every request of alice raise (`"²".isdigit()`, then `int`), and `alice/3000000` built a list of
+    three million candidate conversations at her next request."""
+    import time
+
+    book = SessionBook("r")
+    _turn(book, SYSTEM + [1], [2], [{"role": "user", "content": "x"}], user="alice/²")
+    _turn(book, SYSTEM + [3], [4], [{"role": "user", "content": "y"}], user="alice/3000000")
+    began = time.monotonic()
+    first = _turn(book, SYSTEM + [5], [6], [{"role": "user", "content": "z"}], user="alice")
+    assert time.monotonic() - began < 0.5
+    assert first.session_id == "user:alice/3000001"  # numbered past the highest seen: never a name another has

@@ -144,3 +144,32 @@ def test_a_probe_refused_at_once_is_tried_again_by_the_next_request_and_never_ta
         return app._stale[0], app._probe_failed[0], app._probe_after[0]
 
     assert asyncio.run(scenario()) == (True, False, 0.0)
+
+
+def test_a_failed_connection_after_a_slow_probe_makes_the_next_request_probe_again() -> None:
+    """A probe that timed out left "taken as probed before if it answers": a restart within the wait after it was
+    answered by the new server without a probe, and recorded under the old one's name."""
+    import asyncio
+
+    from tokview.proxy import app as proxy_app
+    from tokview.proxy.app import ProxyApp, Upstream
+    from tokview.proxy.wire import UpstreamNotConnected
+
+    async def hangs(up: Upstream) -> Upstream:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def scenario() -> tuple[bool, bool, float]:
+        app = ProxyApp([Upstream("http://127.0.0.1:9", "vllm", down="refused at start")], None, probe=hangs)
+        await app._probe_again(0)
+        assert app._probe_failed[0] and app._probe_after[0] > 0
+        app._pass_over(0, UpstreamNotConnected("refused", refused=True))  # stopped for its restart
+        await app.aclose()
+        return app._stale[0], app._probe_failed[0], app._probe_after[0]
+
+    old = proxy_app.PROBE_AGAIN_S
+    proxy_app.PROBE_AGAIN_S = 0.2
+    try:
+        assert asyncio.run(scenario()) == (True, False, 0.0)
+    finally:
+        proxy_app.PROBE_AGAIN_S = old

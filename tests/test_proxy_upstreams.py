@@ -154,6 +154,7 @@ def _live_and_dead(tmp_path: Any, kimi_tok: Any, kimi_profile: Any) -> Iterator[
                 app._down_streak.append(0)
                 app._stale.append(False)
                 app._probe_after.append(0.0)
+                app._probe_failed.append(False)
                 yield proxy, app
     finally:
         for s in fillers:

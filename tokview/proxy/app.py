@@ -165,6 +165,10 @@ UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate"
 native and vLLM's token-in generate): a harness built on one of them recorded nothing, and nothing said why."""
 
 
+def failure_text(exc: BaseException) -> str:
+    return one_line(exc) if isinstance(exc, TokviewError) else f"{type(exc).__name__}: {one_line(exc)}"
+
+
 def _server_words(described: tuple[object, ...]) -> str:
     kind, version, model = described
     return f"{kind} {version or '(version unknown)'} serving {model!r}"
@@ -342,7 +346,8 @@ class ProxyApp:
         come within its timeout, long enough that the next try is not a stall every few seconds (a dead host), and
         twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`). Also told
         by the pool of a connect that failed after its request was cancelled (`UpstreamPool.on_unreachable`)."""
-        self._stale[i] = True  # whatever the backoff: it may come back as another server
+        self._stale[i] = True  # whatever the backoff: it may come back as another server, probed before any
+        self._probe_failed[i], self._probe_after[i] = False, 0.0  # request (a slow probe before this outage aside)
         now = time.monotonic()
         if now < self._down_until[i]:  # another request of the same outage: one outage, one step of the backoff
             return
@@ -368,13 +373,15 @@ class ProxyApp:
         try:
             new = await asyncio.wait_for(self.probe(old), PROBE_AGAIN_S)  # four probes of 2 attempts each took 20 s
         except Exception as exc:
+            slow = isinstance(exc, TimeoutError | ServerUnreachable)
             if isinstance(exc, ServerUnreachable) and time.monotonic() - began < QUICK_REFUSAL_S:
-                return  # still down, refused at once: the request fails as before, the next one probes again
-            # too slow to answer the probe, or not a server to forward to: probed again a while later, and taken
-            # as the server probed before if it answers the request meanwhile (`_answering_unprobed`)
-            self._probe_after[i], self._probe_failed[i] = time.monotonic() + DOWN_S, True
-            if isinstance(exc, TokviewError) and not isinstance(exc, ServerUnreachable) and self.say is not None:
-                self.say(f"tokview proxy: {old.url} is back, but {one_line(exc)}: forwarded to as before")
+                self._probe_failed[i] = False  # still down, refused at once: the request fails as before, and the
+                return  # next one probes again
+            # too slow to answer the probe: taken as the server probed before if it answers a request meanwhile
+            # (`_answering_unprobed`); not a server to forward to (another kind than --kind): said, probed again
+            self._probe_after[i], self._probe_failed[i] = time.monotonic() + DOWN_S, slow
+            if not slow and self.say is not None:
+                self.say(f"tokview proxy: {old.url} is back, but {failure_text(exc)}: forwarded to as before")
             return
         self._probe_failed[i] = False
         before = (old.kind, old.stamp.get("server_version"), old.stamp.get("model"))
@@ -435,7 +442,7 @@ class ProxyApp:
             try:
                 upstream = self._pool(ex.upstream_index)
                 response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
-                if self._probe_failed[i]:
+                if self._probe_failed[i] and response.status == 200:  # an error says nothing of what answered
                     self._answering_unprobed(i)
                 if self._down_streak[ex.upstream_index] or self._down_until[ex.upstream_index]:
                     self._connected(ex)

@@ -253,6 +253,9 @@ class SessionBook:
         """Heads by their messages' digest, the newest last."""
         self._named_turns: OrderedDict[str, int] = OrderedDict()
         """How many turns each forgotten named session had."""
+        self._user_numbers: dict[str, int] = {}
+        """`user:NAME` → the highest N of a `user:NAME/N` conversation seen (added or restored): where a new one goes
+        on. A map, not a scan of every session's id at each request (19 ms at 100,000 named sessions)."""
         self._counter = itertools.count(1)
         self._placed: _Placed | None = None
         """The last request `place` saw."""
@@ -312,18 +315,21 @@ class SessionBook:
         kept = self._sessions.get(newest)
         if kept is None or not kept.heads:  # nothing kept of it (new, or evicted): it goes on by its name
             return Turn(newest, self._named_turns.get(newest, 0), "user")
-        return Turn(f"{base}/{len(conversations) + 1}", 0, "user")
+        return Turn(f"{base}/{self._user_numbers.get(base, 1) + 1}", 0, "user")
 
     def _user_conversations(self, base: str) -> list[str]:
-        """The session ids of `base`'s conversations, in order: `base`, `base/2`, … up to the highest this book
-        knows (one a restart did not restore leaves a gap: numbered on from there, never again from the gap)."""
+        """The session ids of `base`'s conversations this book keeps, oldest first, and last the newest number seen
+        (kept or not: a restart that restored only `/3` leaves `/1` and `/2` out, and a new one is `/4`)."""
+        highest = self._user_numbers.get(base, 1)
+        newest = base if highest == 1 else f"{base}/{highest}"
         prefix = base + "/"
-        numbers = [
-            int(tail)
-            for known in (*self._sessions, *self._named_turns)
-            if known.startswith(prefix) and (tail := known[len(prefix) :]).isdigit()
-        ]
-        return [base, *(f"{base}/{n}" for n in range(2, max(numbers, default=1) + 1))]
+        kept = [sid for sid in self._sessions if sid == base or (sid.startswith(prefix) and sid != newest)]
+        return [*kept, newest]
+
+    def _note_user_number(self, session_id: str) -> None:
+        base, _, tail = session_id.rpartition("/")
+        if base.startswith("user:") and tail.isascii() and tail.isdigit() and len(tail) <= 9:  # a name's own digits:
+            self._user_numbers[base] = max(self._user_numbers.get(base, 1), int(tail))  # "²" is no int
 
     def _place_named(
         self,
@@ -396,6 +402,7 @@ class SessionBook:
         if session is None:
             session = _Session(turn.session_id)
             self._sessions[turn.session_id] = session
+            self._note_user_number(turn.session_id)
         else:
             self._sessions.move_to_end(turn.session_id)
         session.turns = max(session.turns, turn.turn + 1)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tokview.store.errors import StoreFull, StoreHeld
+from tokview.store.parts import DAMAGED_DIR
 
 if TYPE_CHECKING:
     from tokview.store.store import Store
@@ -30,18 +34,30 @@ def write_run_file(parts_dir: Path, run_id: str, fields: dict[str, Any]) -> Path
     return path
 
 
-def land_run_files(store: Store) -> None:
-    """Record each kept run that has no row yet, then remove its file (a run already recorded keeps its row)."""
+def land_run_files(store: Store, say: Callable[[str], None]) -> None:
+    """Record each kept run that has no row yet, then remove its file (a run already recorded keeps its row). A file
+    that cannot be recorded (not one this tokview wrote, a field it does not take) is set aside in `damaged/` and
+    said: it kept every writable open of the store from landing its parts, or from opening at all."""
     try:
         kept = sorted(p for p in store.parts_dir.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
     except OSError:  # no parts folder
         return
     for path in kept:
+        if not path.is_file():  # a FIFO under that name would block the read
+            continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             run_id, fields = str(data["run_id"]), dict(data["fields"])
-        except (OSError, ValueError, KeyError, TypeError):  # not one this module wrote: left alone
+            if not store.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]):
+                store.put_run(run_id, **fields)
+        except (StoreHeld, StoreFull):  # the store's own trouble: the landing says it, the file waits
+            raise
+        except Exception as exc:  # any other: this file's, never the store's parts'
+            aside = path.parent / DAMAGED_DIR / path.name
+            aside.parent.mkdir(exist_ok=True)
+            os.replace(path, aside)
+            say(
+                f"{path.name} in {path.parent} could not be recorded ({type(exc).__name__}: {exc}): set aside in {aside}"
+            )
             continue
-        if store.run(run_id) is None:
-            store.put_run(run_id, **fields)
         path.unlink(missing_ok=True)

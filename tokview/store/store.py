@@ -191,7 +191,7 @@ class Store:
         if self.read_only:
             raise StoreError(f"cannot write to {self.path}: the store is read-only")
         try:
-            land_run_files(self)  # a run a writer could not record (`run_files.py`): its row before its samples
+            land_run_files(self, self._file.on_wait)  # a run a writer could not record: its row before its samples
             return self._ingest_parts()
         except (StoreFull, StoreHeld):  # held: nothing was read, and a salvage would wait for the file once more
             raise
