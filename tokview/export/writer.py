@@ -428,9 +428,8 @@ def _export_to(
                     continue
                 capture = capture_from_row(row)
                 if _outside(vocabulary, capture):
-                    refuse(
-                        "ids_outside_vocabulary", row["sample_id"]
-                    )  # whatever --select: a trainer's embedding lookup fails
+                    # whatever --select: a trainer's embedding lookup fails
+                    refuse("ids_outside_vocabulary", row["sample_id"])
                     continue
                 prof = profiles.get(row["profile"])
                 item = ExportItem(

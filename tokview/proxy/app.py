@@ -492,9 +492,8 @@ class ProxyApp:
                 self._record_later(ex, b"".join(ex.delivered), stream=True)
                 client.cut()
                 return
-            cut = (
-                f"after {ex.chunks_sent} chunks" if ex.chunks_sent else "before it was whole"
-            )  # "after 0 chunks": JSON
+            # a JSON answer has no chunks: "after 0 chunks" said nothing
+            cut = f"after {ex.chunks_sent} chunks" if ex.chunks_sent else "before it was whole"
             self._failure(ex, f"the upstream's answer broke off {cut}: {exc}")
             if not client.started:  # nothing sent yet: the harness gets an error, not a cut answer it might trust
                 await _json_error(client, 502, f"tokview proxy: the upstream's answer broke off ({exc})")

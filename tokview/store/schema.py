@@ -205,8 +205,8 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
     (
         12,
         "a sample's tool calls as searchable text",
-        # one line per call, `name arguments`; '' for none; filled from the stored bodies of older rows by
-        # `MIGRATION_FILLS` (tool_call_text.py). IF NOT EXISTS: see 10
+        # one line per call, `name arguments`; '' for none; older rows are filled from their stored bodies by
+        # `fill_tool_calls_text`, which `migrate` runs at every writable open (tool_call_text.py). IF NOT EXISTS: see 10
         ("ALTER TABLE samples ADD COLUMN IF NOT EXISTS tool_calls_text VARCHAR",),
     ),
 ]
