@@ -282,15 +282,27 @@ def test_a_stream_flag_pydantic_reads_as_a_number_is_read_so() -> None:
     assert inject({"stream": " true"}, "sglang")[1].fields == ("return_token_ids",)  # refused: its 400 is the server's
 
 
-def test_a_marker_chunk_is_dropped_with_logprobs_asked_for_too() -> None:
-    """vLLM skips a chunk with no delta and no finish unless `return_token_ids` (serving_chat's `continue` has no
-    logprobs condition): a harness that asked for logprobs never gets a marker id's chunk from vLLM, so the proxy
-    drops it whatever its logprobs (keeping it sent 25 chunks vLLM never sends, a logprob list ~2x long)."""
+@pytest.mark.parametrize(
+    ("version", "kept"), [("0.30.0", False), ("0.31.0", True), ("v0.32.1+cpu", True), (None, True), ("abc", True)]
+)
+def test_a_marker_chunk_with_logprobs_is_the_clients_from_vllm_0_31(version, kept) -> None:
+    """vLLM 0.31 sends a marker id's chunk (no delta, no finish) for its logprobs whatever the id flag: the proxy
+    dropped it as a chunk only its flag made the upstream send, and a harness lost the `</think>` logprob. Before
+    0.31 vLLM skipped it unless asked for ids: there it is the proxy's to drop (keeping it sent 25 chunks such a
+    vLLM never sends). A version that does not read as one is taken as a current vLLM."""
+    from tokview.proxy.ids import inject
+
     logprobs = '"logprobs":{"content":[{"token":"</think>","logprob":-0.1,"bytes":[60],"top_logprobs":[]}]}'
     marker = '{"id":"c","choices":[{"index":0,"delta":{},' + logprobs + ',"finish_reason":null,"token_ids":[163607]}]}'
-    vllm = Injection("vllm", ("return_token_ids",), True)
+    _, vllm = inject({"stream": True, "logprobs": True}, "vllm", "chat", version)
     out, _ = strip_events(b"data: %s\n\ndata: [DONE]\n\n" % marker.encode(), vllm)
-    assert out == b"data: [DONE]\n\n"
+    if kept:
+        unasked = marker.replace('"token_ids":[163607]', '"token_ids":null')  # as vLLM sends it unasked
+        assert out == b"data: %s\n\ndata: [DONE]\n\n" % unasked.encode()
+    else:
+        assert out == b"data: [DONE]\n\n"
+    bare = marker.replace("," + logprobs, "")  # without logprobs: the flag's own chunk on every version
+    assert strip_events(b"data: %s\n\n" % bare.encode(), vllm)[0] == b""
 
 
 def test_an_lf_then_crlf_blank_line_ends_an_event_and_extra_line_endings_are_sent_on() -> None:

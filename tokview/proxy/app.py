@@ -415,7 +415,8 @@ class ProxyApp:
         if request is None:
             return ex.body
         ex.request = request
-        sent, ex.injection = ids.inject(request, ex.upstream.kind, ex.endpoint)
+        upstream = ex.upstream
+        sent, ex.injection = ids.inject(request, upstream.kind, ex.endpoint, upstream.stamp.get("server_version"))
         if sent is request:
             return ex.body
         spliced = ids.with_fields(ex.body, ex.injection.fields, empty=not request)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokview.core.json_value import as_pydantic_bool as _as_bool
+from tokview.core.server_versions import VLLM_MARKER_LOGPROBS, at_least
 from tokview.proxy.sse import EventSplitter, data_of
 
 VLLM, SGLANG = "vllm", "sglang"
@@ -49,6 +50,9 @@ class Injection:
     stream: bool
     kept: tuple[bytes, ...] = ()
     """Id keys the client asked for itself by another flag (SGLang's `return_prompt_token_ids`): never stripped."""
+    marker_logprobs: bool = True
+    """The upstream sends a marker id's empty-delta chunk on its own when logprobs were asked for (vLLM 0.31 and
+    later, or a version not known): such a chunk is the client's, not one only the id flag made it send."""
 
     @property
     def strips(self) -> bool:
@@ -78,8 +82,16 @@ def echo_hides_ids(body: dict[str, Any], kind: str, endpoint: str | None) -> boo
     return kind == VLLM and endpoint == "completions" and bool(_as_bool(body.get("echo")))
 
 
-def inject(body: dict[str, Any], kind: str, endpoint: str | None = None) -> tuple[dict[str, Any], Injection]:
-    """The body to send upstream (the client's own dict with the id fields set) and what was added.
+def sends_marker_logprobs(kind: str, version: object) -> bool:
+    """Whether this upstream's chat stream sends a marker id's chunk for its logprobs (`VLLM_MARKER_LOGPROBS`)."""
+    return kind != VLLM or at_least(version, VLLM_MARKER_LOGPROBS)
+
+
+def inject(
+    body: dict[str, Any], kind: str, endpoint: str | None = None, version: object = None
+) -> tuple[dict[str, Any], Injection]:
+    """The body to send upstream (the client's own dict with the id fields set) and what was added (`version`: the
+    upstream's, as probed).
 
     A field the client set true itself (`true`, `1`, `"yes"`: what the server reads as true) is left alone and
     its ids reach the client: it asked for them. A value the server would refuse is left alone too. When the
@@ -100,7 +112,7 @@ def inject(body: dict[str, Any], kind: str, endpoint: str | None = None) -> tupl
         sent[name] = True
     own = kind == SGLANG and endpoint != "completions" and _as_bool(body.get(RETURN_PROMPT_TOKEN_IDS))
     kept = (b"prompt_token_ids",) if own else ()  # on completions SGLang ignores the flag: the ids are ours
-    return sent, Injection(kind, added, stream, kept)
+    return sent, Injection(kind, added, stream, kept, sends_marker_logprobs(kind, version))
 
 
 def with_fields(body: bytes, fields: tuple[str, ...], *, empty: bool) -> bytes | None:
@@ -197,9 +209,10 @@ def may_be_id_only(event: bytes, injection: Injection) -> bool:
 def id_only_chunk(chunk: object, injection: Injection) -> bool:
     """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
 
-    vLLM: every choice's delta is empty and none finishes (a marker id), whatever its logprobs (serving_chat's
-    `continue` has no logprobs condition: a harness that asked for logprobs never gets them for a marker id from
-    vLLM either). A usage on it (`stream_options.
+    vLLM: every choice's delta is empty and none finishes (a marker id), and none carries logprobs where the
+    upstream sends such a chunk for its logprobs anyway (`Injection.marker_logprobs`: vLLM 0.31 and later, where a
+    harness lining its logprobs up with `completion_tokens` lost the `</think>` entry when it was dropped; before
+    0.31 vLLM skipped it, logprobs or not). A usage on it (`stream_options.
     continuous_usage_stats`) does not keep it: without `return_token_ids` vLLM skips such a chunk before it adds
     the usage (serving_chat's `continue`), and the next chunk's usage counts its token anyway.
     SGLang: the sglext chunk (`choices: []`, no usage, `sglext`)."""
@@ -212,6 +225,8 @@ def id_only_chunk(chunk: object, injection: Injection) -> bool:
         return False
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("delta") != {} or choice.get("finish_reason") is not None:
+            return False
+        if injection.marker_logprobs and choice.get("logprobs") is not None:
             return False
     return True
 

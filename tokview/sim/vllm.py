@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from tokview.core.json_value import JsonObject, as_pydantic_bool
 from tokview.core.profiles import HARMONY
+from tokview.core.server_versions import VLLM_MARKER_LOGPROBS, at_least
 from tokview.sim import common, faults, glm_tools, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation, Sampling
@@ -316,7 +317,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         field: reasoning,
     }
     logprobs = None
-    if body.get("logprobs"):
+    if body.get("logprobs") and not hide:  # `suppress_metadata` nulls them too
         logprobs = {"content": [_chat_logprob(state, body, t, len(prompt) + p) for p, t in enumerate(out)]}
     choice = {
         "index": 0,
@@ -371,26 +372,28 @@ def _chat_events(
     out = gen.output_ids
     drop = common.stop_drop(gen, bool(body.get("include_stop_str_in_output")))
     texts = common.cut_texts(state.stream_pieces(out[:text_len], skip), drop)
+    hide = body.get("include_reasoning") is False  # vLLM then hides reasoning deltas, ids and logprobs (bug 2)
+    marker_logprobs = at_least(state.cfg.server_version, VLLM_MARKER_LOGPROBS)  # a marker id's chunk for its logprob
     for pos, (tid, region) in enumerate(zip(out, regions)):
         last = pos == len(out) - 1
         piece = texts[pos] if pos < text_len else ""
-        if region == "delim":
+        if region == "delim" or (hide and region == "reasoning"):
             delta: dict[str, Any] = {}
         elif region == "reasoning":
             delta = {field: piece}
         else:
             delta = {"content": piece}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        if body.get("logprobs"):
+        if body.get("logprobs") and not hide:
             choice["logprobs"] = {"content": [_chat_logprob(state, body, tid, len(prompt) + pos)]}
         if last:
             choice["finish_reason"] = gen.finish_reason
             choice["stop_reason"] = _stop_reason(gen)
-        if ids:
+        if ids and not hide:
             choice["token_ids"] = [tid]
-        elif null_ids:
-            if not delta and not last:
-                continue  # nothing to say for this id (with logprobs asked for too: serving_chat's `continue`)
+        elif null_ids or ids:
+            if not delta and not last and (choice["logprobs"] is None or not marker_logprobs):
+                continue  # nothing to say for this id: serving_chat's `continue` (not with logprobs asked for)
             choice["token_ids"] = None
         events.append(sse({**head, "choices": [choice]}))
     if requests.include_usage(body):
