@@ -84,7 +84,7 @@ def test_a_single_choice_answer_is_read_as_it_is() -> None:
     body = {"choices": [{"index": 0, "message": {"content": "x"}}], "usage": {"completion_tokens": 3}}
     assert choice_indexes(body, stream=False) == [0]
     assert choice_indexes([{"choices": []}], stream=True) == [0]
-    assert choice_indexes({"choices": [{"index": 10**9}]}, stream=False) == [0]  # not a count to loop to
+    assert choice_indexes({"choices": [{"index": 10**9}]}, stream=False) == [10**9]  # one choice, not a count
     view = choice_view({**body, "choices": [{"index": 1, "message": {"content": "y"}}]}, 1, stream=False)
     assert view == {"choices": [{"index": 0, "message": {"content": "y"}}]}
 
@@ -193,3 +193,29 @@ def test_a_list_of_prompts_is_placed_prompt_by_prompt(tmp_path: Path, kimi_tok, 
     # history: "the harness rewrote its history (a compaction, a summary)")
     assert [(r[0], r[1], list(r[3])) for r in parallel] == [("session:t", 0, first), ("session:t", 0, other)]
     assert not {r[4] for r in parallel} & broke
+
+
+def test_choices_past_the_most_recorded_are_failures_each_with_its_index(
+    tmp_path: Path, kimi_tok, kimi_profile
+) -> None:
+    """`n` = 130: 128 were stored and the proxy's summary said nothing of the other two."""
+    from tokview.proxy.capture import MAX_CHOICES
+
+    prompt, outputs, texts = _choices(kimi_tok, kimi_profile)
+    n = MAX_CHOICES + 2
+    request = {"model": "m", "messages": [{"role": "user", "content": "pick a number"}], "n": n}
+    raw = _answer(prompt, (outputs * n)[:n], (texts * n)[:n], False)
+    db = tmp_path / "n.duckdb"
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, Recorder)
+    recorder.record(Finished("chat", "vllm", UP, {}, None, request, {"body": request}, raw, False, 0.01, None, None))
+    recorder.close()
+    assert (recorder.recorded, recorder.failed) == (MAX_CHOICES, 2)
+    with Store(db) as store:
+        [(samples,)] = store.query("SELECT count(*) FROM samples")
+        reasons = [r for (r,) in store.query("SELECT reason FROM failures ORDER BY reason")]
+    assert samples == MAX_CHOICES
+    assert reasons == [
+        f"not recorded: choice {i} of an answer with more than {MAX_CHOICES} choices" for i in (128, 129)
+    ]

@@ -77,14 +77,50 @@ def _failures(db: str) -> list[str]:
 
 
 def test_a_stream_with_logprobs_is_the_upstreams_own_bytes(sim, proxy) -> None:
-    """With logprobs asked for, vLLM still skips a marker id's chunk (no delta, no finish) unless asked for ids: the
-    client gets no such chunk through the proxy either (a fix that kept them sent ~2x the logprob entries)."""
-    body = _chat(sim.cfg.model_name, True, logprobs=True, top_logprobs=1)
+    """With logprobs asked for, vLLM 0.32 sends a marker id's chunk (empty delta, no finish) for its logprob: the
+    client gets it through the proxy too, one logprob entry per output id (the proxy dropped it as a chunk only its
+    own id flag made the upstream send, and a harness lost the `</think>` entry)."""
+    body = _chat(sim.cfg.model_name, True, logprobs=True, top_logprobs=1, stream_options={"include_usage": True})
     direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
     through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
     assert _blank(through) == _blank(direct)
+    chunks = [orjson.loads(line[6:]) for line in through.splitlines() if line.startswith(b"data: {")]
+    entries = [e for c in chunks for ch in c["choices"] for e in (ch.get("logprobs") or {}).get("content") or []]
+    [usage] = [c["usage"] for c in chunks if c.get("usage")]
+    if sim.cfg.kind == "vllm":  # the simulator's SGLang streams no logprobs on chat
+        assert len(entries) == usage["completion_tokens"]
+        assert [c for c in chunks for ch in c["choices"] if ch["delta"] == {} and ch["finish_reason"] is None]
+
+
+def test_a_stream_with_logprobs_from_a_vllm_before_0_31_is_its_own_bytes_too(tmp_path, kimi_tok, kimi_profile) -> None:
+    """vLLM 0.30 skipped a marker id's chunk with logprobs asked for (the proxy reads the version it probed)."""
+    with start_simulator(SimConfig(kind="vllm", version="0.30.0")) as old:
+        config = ProxyConfig(
+            [old.url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=kimi_tok, profile=kimi_profile
+        )
+        with start_proxy(config) as running:
+            body = _chat(old.cfg.model_name, True, logprobs=True, stream_options={"include_usage": True})
+            direct = httpx.post(old.url + "/v1/chat/completions", json=body).content
+            through = httpx.post(running.url + "/v1/chat/completions", json=body).content
+    assert _blank(through) == _blank(direct)
     chunks = [orjson.loads(line[6:]) for line in direct.splitlines() if line.startswith(b"data: {")]
     assert not [c for c in chunks for ch in c["choices"] if ch["delta"] == {} and ch["finish_reason"] is None]
+    assert len(_stored(str(config.db))) == 1
+
+
+def test_a_vllm_answer_without_reasoning_says_why_it_is_not_recorded(sim, proxy) -> None:
+    """`include_reasoning: false` with a reasoning parser: vLLM then withholds the token ids (`suppress_metadata`),
+    and the failure read as if the server were too old to send them."""
+    if sim.cfg.kind != "vllm":
+        pytest.skip("vLLM's field")
+    for stream in (False, True):
+        body = _chat(sim.cfg.model_name, stream, include_reasoning=False)
+        direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+        through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+        assert _blank(through) == _blank(direct)
+    proxy.stop()
+    reasons = _failures(proxy.db)
+    assert len(reasons) == 2 and all("include_reasoning" in r and "withholds" in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize("stream", [False, True])

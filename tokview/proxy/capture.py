@@ -166,13 +166,14 @@ def choice_indexes(answer: object, *, stream: bool) -> list[int]:
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         for choice in choices if isinstance(choices, list) else ():
             index = choice.get("index", 0) if isinstance(choice, dict) else 0
-            if type(index) is int and 0 <= index < MAX_CHOICES:
+            if type(index) is int and index >= 0:
                 seen.add(index)
     return sorted(seen) or [0]
 
 
 MAX_CHOICES = 128
-"""More choices than this in one answer are not split (a malformed answer's index is not a count to loop to)."""
+"""Choices of one answer recorded at most: each is read off the whole answer (`choice_view`), so an answer of
+thousands of streamed choices would cost their square. The rest are recorded as failures, each with its index."""
 
 
 def choice_view(answer: Any, index: int, *, stream: bool) -> Any:

@@ -37,8 +37,17 @@ from tokview.core.findings import WARN, id_text
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
-from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, served_model, settings_of
-from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLEXT_FLAGS, echo_hides_ids, id_fields
+from tokview.proxy.capture import (
+    CHAT,
+    MAX_CHOICES,
+    NoIds,
+    build_capture,
+    choice_indexes,
+    choice_view,
+    served_model,
+    settings_of,
+)
+from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLEXT_FLAGS, VLLM, echo_hides_ids, id_fields
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.secrets import DATA_MIN_SECRET_LEN, MASK, scrub_text
@@ -463,6 +472,11 @@ class Recorder:
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
         indexes = choice_indexes(answer, stream=item.stream)
+        for index in indexes[MAX_CHOICES:]:  # said and counted, never dropped unsaid
+            reason = f"not recorded: choice {index} of an answer with more than {MAX_CHOICES} choices"
+            own_id = f"{sample_id}.c{index}" if sample_id is not None else None
+            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=own_id)
+        indexes = indexes[:MAX_CHOICES]
         placed: list[tuple[list[int], Turn]] = []
         """Each prompt's first choice recorded: its prompt ids and turn (`/v1/completions` takes a list of prompts,
         and vLLM numbers their choices on, prompt by prompt: `n` > 1 choices of one prompt share its turn)."""
@@ -672,7 +686,14 @@ MODEL_NAMES_SAID = 32
 
 
 def _why_no_ids(item: Finished) -> str | None:
-    """Why an answer has no ids when the proxy chose not to ask for them (None: the upstream did not send them)."""
+    """Why an answer has no ids when the proxy chose not to ask for them or the upstream withholds them (None: the
+    upstream did not send them)."""
+    hidden = item.request.get("include_reasoning")
+    if item.kind == VLLM and item.endpoint == CHAT and hidden is not None and as_pydantic_bool(hidden) is False:
+        return (
+            "not recorded: the request asks for include_reasoning false, and vLLM then withholds the token ids "
+            "(with a reasoning parser running); the client got the server's answer as is"
+        )
     if echo_hides_ids(item.request, item.kind, item.endpoint) and not as_pydantic_bool(
         item.request.get(RETURN_TOKEN_IDS)
     ):
