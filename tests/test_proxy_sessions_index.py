@@ -38,3 +38,29 @@ def test_a_continuation_still_joins_the_longest_session_it_extends_and_the_first
     twin = book.place([*SYSTEM, 5, 8], None)  # the same prompt and answer as s8: a second session, same sequence
     book.add(twin, "twin", prompt_ids=[*SYSTEM, 5, 8], output_ids=[7] * 200, messages=None, answer=None)
     assert book.place([*SYSTEM, 5, 8] + [7] * 200 + [1], None).parent_sample == "s8"
+
+
+def test_a_conversation_of_short_completions_goes_on_in_one_session() -> None:
+    """A `/v1/completions` harness whose first prompt and answer hold fewer ids than a key: its next turn (the
+    prompt, the answer, two new ids) continued nothing, and every turn after the first started a session."""
+    book = SessionBook("r")
+    prompt: list[int] = [11, 12, 13]
+    sessions, turns = set(), []
+    for k in range(4):
+        turn = book.place(prompt, None)
+        book.add(turn, f"t{k}", prompt_ids=prompt, output_ids=[20 + k, 30 + k], messages=None, answer=None)
+        sessions.add(turn.session_id)
+        turns.append(turn.turn)
+        prompt = [*prompt, 20 + k, 30 + k, 40 + k, 41 + k]
+    assert len(sessions) == 1 and turns == [0, 1, 2, 3]
+
+
+def test_a_short_turn_forgotten_for_room_is_no_longer_looked_up() -> None:
+    book = SessionBook("r", max_sessions=1)
+    for k in range(3):
+        prompt = [100 + k]
+        turn = book.place(prompt, None)
+        book.add(turn, f"s{k}", prompt_ids=prompt, output_ids=[7], messages=None, answer=None)
+    assert book.place([100, 7, 8], None).joined_by == "new"  # s0 was forgotten: nothing to continue
+    assert book.place([102, 7, 8], None).parent_sample == "s2"
+    assert sum(book._short_keys.values()) == 1

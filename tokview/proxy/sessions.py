@@ -21,7 +21,7 @@ import hashlib
 import itertools
 import json
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -247,6 +247,10 @@ class SessionBook:
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._by_start: dict[bytes, PrefixGroup[_Head]] = {}
         """The unnamed sessions' heads (only theirs are continued by ids alone) by their first KEY_IDS ids."""
+        self._short_keys: Counter[int] = Counter()
+        """How many `_by_start` keys are shorter than KEY_IDS ids, per length in bytes: a head that short (a short
+        `/v1/completions` prompt and answer) is keyed by all of it, and a longer prompt continuing it is looked up
+        at those lengths too (it was keyed at KEY_IDS ids only, and no turn could ever continue such a head)."""
         self._order = itertools.count()
         self._requests = itertools.count()
         self._by_messages: dict[str, list[_Head]] = {}
@@ -524,7 +528,10 @@ class SessionBook:
     def _index(self, head: _Head) -> None:
         head.order = next(self._order)
         if head.session_id.startswith(UNNAMED):  # only these are continued by their ids alone (`_longest_prefix`)
-            self._by_start.setdefault(bytes(head.sequence[: KEY_IDS * 4]), PrefixGroup()).add(head)
+            key = bytes(head.sequence[: KEY_IDS * 4])
+            self._by_start.setdefault(key, PrefixGroup()).add(head)
+            if len(key) < KEY_IDS * 4:
+                self._short_keys[len(key)] += 1
         if head.message_key is not None:
             self._by_messages.setdefault(head.message_key, []).append(head)
         self._bytes += len(head.sequence)
@@ -534,6 +541,10 @@ class SessionBook:
         group = self._by_start.get(key)
         if group is not None:
             group.remove(head)
+            if len(key) < KEY_IDS * 4 and head.session_id.startswith(UNNAMED):  # as `_index` counted it
+                self._short_keys[len(key)] -= 1
+                if not self._short_keys[len(key)]:
+                    del self._short_keys[len(key)]
             if not len(group):
                 del self._by_start[key]
         same = self._by_messages.get(head.message_key) if head.message_key is not None else None
@@ -563,8 +574,13 @@ class SessionBook:
         own), else the first. A named session's turns are never continued by a request without its name: a harness
         that names its sessions names every request, and another harness sending the same first prompt unnamed was
         filed into the named one."""
-        group = self._by_start.get(packed[: KEY_IDS * 4])
+        key = packed[: KEY_IDS * 4]
+        group = self._by_start.get(key)
         extended = group.extended_by(packed) if group is not None else []
+        for size in self._short_keys:  # heads shorter than a key (rare: only short completions make them)
+            shorter = self._by_start.get(packed[:size]) if size < len(key) else None
+            if shorter is not None:
+                extended += shorter.extended_by(packed)
         # A first turn whose answer was empty, asked once more: without a name, the same first prompt again (a
         # rollout of the same task) starts a session of its own, as after any answer (every later rollout of it was
         # filed into the empty one's session). A later turn's prompt again is a retry of that turn (`_after`).
