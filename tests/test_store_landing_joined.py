@@ -4,6 +4,7 @@ cut short stays a line of its own, big parts are read as they are, and no copy i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from builders import kimi, make_capture, profile
@@ -89,3 +90,26 @@ def test_a_disk_without_room_to_spare_reads_the_parts_as_they_are(tmp_path, monk
     assert landing.one_file(files, folder) is not None
     monkeypatch.setattr(landing, "JOIN_MAX_BYTES", 8)  # and never a copy past the cap
     assert landing.one_file(files, folder) is None
+
+
+def test_a_copy_a_killed_landing_left_is_removed_at_the_next_one(tmp_path):
+    """A landing killed between its copy and its end left `.landing-<pid>-N….tmp` for an hour (the stale `.tmp`
+    rule); its process being gone, the next landing removes it at once. A live process's copy, and any other
+    `.tmp`, wait for the hour: a batch's part being written is one."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([_record(store, "a")])
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        left = store.parts_dir / f".landing-{gone.pid}-3.samples.jsonl.tmp"
+        trial = store.parts_dir / f".trial-{gone.pid}-1.samples.jsonl.tmp"
+        alive = store.parts_dir / f".landing-{os.getppid()}-0.samples.jsonl.tmp"
+        writing = store.parts_dir / f"part-{gone.pid}.samples.jsonl.tmp"
+        for f in (left, trial, alive, writing):
+            f.write_bytes(b"{}\n")
+        assert store.ingest() == (1, 0)
+        assert not left.exists() and not trial.exists()
+        assert alive.exists() and writing.exists()

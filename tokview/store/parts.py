@@ -140,7 +140,7 @@ def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -
         name = entry.name
         if name.endswith(".tmp"):
             try:
-                if now - entry.stat().st_mtime > STALE_TMP_S:
+                if now - entry.stat().st_mtime > STALE_TMP_S or _of_dead_lander(name):
                     os.unlink(entry.path)
             except OSError:
                 pass
@@ -154,6 +154,28 @@ def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -
             else:
                 failures.append(Path(entry.path))
     return sorted(samples), sorted(failures)
+
+
+LANDER_COPIES = (".landing-", ".trial-")
+"""`.tmp` copies a landing makes of parts (`landing.one_file`, trial landings), named `<prefix><pid>-…`."""
+
+
+def _of_dead_lander(name: str) -> bool:
+    """A landing's copy whose process is gone (a kill mid-landing): removed at once, not after `STALE_TMP_S`; its
+    rows landed or not, the parts it copied are still there. A pid reused since waits for the hour."""
+    prefix = next((p for p in LANDER_COPIES if name.startswith(p)), None)
+    if prefix is None:
+        return False
+    pid = name[len(prefix) :].partition("-")[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # alive under another user, or no such pid at all on this system
+        return False
+    return False
 
 
 def _is_regular(entry: os.DirEntry[str]) -> bool:
