@@ -113,6 +113,41 @@ def test_diverged_review_keeps_the_targets_and_says_so(tmp_path, original, capsy
     assert after[sample_ids[1]][0] == "approved"
 
 
+def test_notes_and_tags_of_a_diverged_review_come_across_beside_the_targets_review(tmp_path, original, capsys):
+    """Two reviewers noted and tagged the same samples on their copies: the second one's note and tag were dropped
+    and nothing said so (only another status was). They are added beside the review here, once, as the merge's
+    action; the target's verdict still stands."""
+    sample_ids = ids(original)
+    alice, bob = tmp_path / "alice.duckdb", tmp_path / "bob.duckdb"
+    shutil.copy(original, alice)
+    shutil.copy(original, bob)
+    with Store(alice) as store:
+        store.add_note(sample_ids[0], "note from alice", who="alice")
+        store.add_note(sample_ids[1], "", who="alice", tags=["hard"])
+        store.record_verdict(sample_ids[2], "approved", who="alice")
+    with Store(bob) as store:
+        store.add_note(sample_ids[0], "note from bob", who="bob")
+        store.add_note(sample_ids[1], "", who="bob", tags=["math"])
+        store.record_verdict(sample_ids[2], "rejected", reason="x", who="bob")
+        store.add_note(sample_ids[2], "why rejected", who="bob")
+    merge(alice, original, capsys)
+    said = merge(bob, original, capsys)
+    assert f"merged the notes and tags {bob} added to 3 samples" in said, said
+    assert f"1 samples already in {original} have another status in {bob}" in said, said
+    with Store(original) as store:
+        first, second, third = (store.load_sample(s) for s in sample_ids[:3])
+        assert sorted(first.notes) == ["note from alice", "note from bob"]
+        assert sorted(second.tags) == ["hard", "math"]
+        assert third.status == "approved" and third.notes == ["why rejected"]
+        [action] = [a for a in store.actions() if a.kind == "merge" and a.detail == "bob.duckdb"]
+    assert "notes and tags" not in merge(bob, original, capsys)  # again: nothing more
+    with Store(original) as store:
+        assert len(store.load_sample(sample_ids[0]).notes) == 2
+        store.undo_action(action.action_id, who="carol")
+        assert store.load_sample(sample_ids[0]).notes == ["note from alice"]
+        assert store.load_sample(sample_ids[1]).tags == ["hard"]
+
+
 def test_an_older_copy_never_takes_back_review_done_here(tmp_path, original, capsys):
     sample_id = ids(original)[0]
     copy = tmp_path / "copy.duckdb"

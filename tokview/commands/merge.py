@@ -128,6 +128,12 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
             "the source's was not merged (review them here, or in the app)",
             file=sys.stderr,
         )
+    if added.get("notes_taken"):
+        print(
+            f"tokview: merged the notes and tags {src} added to {added['notes_taken']} samples both stores reviewed "
+            "since the copy (beside the review here)",
+            file=sys.stderr,
+        )
     if added.get("scores_kept"):
         print(
             f"tokview: note: {added['scores_kept']} samples already in {into} were scored otherwise in {src} (scored "

@@ -61,9 +61,9 @@ def verdict_columns(conn: duckdb.DuckDBPyConnection) -> str:
     return ", ".join([*_VERDICT_COLUMNS, *(["override"] if "override" in shared else [])])
 
 
-def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: MergedReview) -> tuple[int, int]:
+def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: MergedReview) -> tuple[int, int, int]:
     """The review a source added to samples this store holds too: (samples whose review came across, samples whose
-    review here was kept though the source's differs).
+    review here was kept though the source's differs, samples given the source's notes or tags beside it).
 
     Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
     only new samples brought their verdicts. A sample's review comes across when this store's events for it are
@@ -72,7 +72,8 @@ def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: Merg
     same in both stores: sample ids come from the prompt and the settings, so two runs of one prompt (shards, a
     re-run) share an id for other answers, and a review of one is no review of the other. When the two histories
     diverge (both stores reviewed it since the copy), or the ids differ, this store's review stands, and the merge
-    says how many samples have another status there."""
+    says how many samples have another status there; the source's notes and tags are added beside it
+    (`_take_notes`)."""
     conn.execute(
         f"CREATE OR REPLACE TEMP TABLE _merge_hist AS SELECT s.sample_id, s.ev AS src_ev, m.ev AS main_ev FROM "
         f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM src.verdicts WHERE sample_id IN "
@@ -121,6 +122,47 @@ def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: Merg
     )
     counted = conn.execute("SELECT count(*) FROM _merge_take").fetchone()
     taken = int(counted[0]) if counted else 0
+    noted = _take_notes(conn, verdict_cols)
     for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
         conn.execute(f"DROP TABLE {table}")
-    return taken, int(kept[0]) if kept else 0
+    return taken, int(kept[0]) if kept else 0, noted
+
+
+_SAME_EVENT = " AND ".join(
+    f"m.{c} IS NOT DISTINCT FROM s.{c}" for c in ('"at"', "who", "kind", "status", "reason", "note", "tags")
+)
+
+
+def _take_notes(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> int:
+    """Notes and tags the source added to a sample both stores reviewed since the copy: added beside this store's
+    review (samples given some). Why: a verdict is one or the other, but a note or a tag is not in conflict with
+    anything, and a second reviewer's were dropped without a word when the two histories diverged (only another
+    status was said). Only the source's live note rows past the history both share, and only those this store does
+    not hold already: merging the same source again adds nothing."""
+    rows = conn.execute(
+        "SELECT sample_id, src_ev, main_ev FROM _merge_hist WHERE main_ev IS NOT NULL "
+        "AND sample_id IN (SELECT sample_id FROM _merge_same) AND sample_id NOT IN (SELECT sample_id FROM _merge_take)"
+    ).fetchall()
+    past: list[tuple[str, int]] = []
+    for sample_id, src_events, main_events in rows:
+        shared = 0
+        while shared < min(len(src_events), len(main_events)) and src_events[shared] == main_events[shared]:
+            shared += 1
+        if shared < len(src_events):
+            past.append((sample_id, shared))
+    if not past:
+        return 0
+    conn.execute("CREATE OR REPLACE TEMP TABLE _merge_past (sample_id VARCHAR, shared BIGINT)")
+    conn.executemany("INSERT INTO _merge_past VALUES (?, ?)", past)
+    numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _merge_notes AS SELECT s.* FROM (SELECT v.*, {numbered} AS n FROM src.verdicts "
+        "v WHERE sample_id IN (SELECT sample_id FROM _merge_past)) s JOIN _merge_past p USING (sample_id) "
+        "WHERE s.n > p.shared AND s.kind = 'note' AND NOT s.undone "
+        f"AND NOT EXISTS (SELECT 1 FROM main.verdicts m WHERE m.sample_id = s.sample_id AND {_SAME_EVENT})"
+    )
+    conn.execute(f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM _merge_notes ORDER BY seq")
+    counted = conn.execute("SELECT count(DISTINCT sample_id) FROM _merge_notes").fetchone()
+    conn.execute("DROP TABLE _merge_notes")
+    conn.execute("DROP TABLE _merge_past")
+    return int(counted[0]) if counted else 0
