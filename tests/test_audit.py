@@ -515,3 +515,28 @@ def test_a_conversation_past_the_prompt_size_limit_is_a_bad_row_not_gigabytes(tm
     monkeypatch.setenv("TOKVIEW_MAX_PROMPT_MB", "64MB")  # refused once, before any row: not a bad row each
     with Store(tmp_path / "b.duckdb") as store, pytest.raises(TokviewError, match="TOKVIEW_MAX_PROMPT_MB"):
         audit(store, data, tokenizer=kimi(), profile=profile(), name="big")
+
+
+def test_a_mask_over_the_prompt_or_a_second_stop_and_a_text_of_other_ids_are_said(tmp_path):
+    """Rows of another pipeline whose loss mask supervises the user turn too (all 1s), or a second `<|im_end|>` after
+    the answer's, were audited clean: the output held the prompt's stop and more after it. A `text` that is not the
+    row's ids decoded was never read, though SpecForge's is_preformatted path trains on it."""
+    capture = make_capture()
+    ids = [*capture.prompt_ids, *capture.output_ids]
+    n = len(capture.prompt_ids)
+    good = {"id": "good", "input_ids": ids, "loss_mask": [0] * n + [1] * len(capture.output_ids)}
+    good["text"] = kimi().decode(ids, skip_special_tokens=False)
+    rows = [
+        good,
+        {"id": "all", "input_ids": ids, "loss_mask": [1] * len(ids)},
+        {"id": "twice", "input_ids": [*ids, 163586], "loss_mask": good["loss_mask"] + [1]},
+        {**good, "id": "text", "text": good["text"].replace("forty", "fifty")},
+    ]
+    data = _write(tmp_path / "masks.jsonl", rows)
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, data, tokenizer=kimi(), profile=profile())
+        codes = _codes(store, "audit-masks")
+    assert "output_past_stop" not in codes["good"] + codes["text"]
+    assert "output_past_stop" in codes["all"] and "output_past_stop" in codes["twice"]
+    assert report.invalid == 2 and report.text_differs == [4]
+    assert "1 rows hold a `text` that is not their input_ids decoded (line 4)" in report.render()

@@ -215,6 +215,7 @@ CASES = {
         lambda f: f.capture(output_ids=f.output(stop=False), matched_stop="answer"),
         lambda f: f.capture(output_ids=f.output(stop=False) + [ENDOFTEXT], matched_stop=ENDOFTEXT),
     ),
+    "output_past_stop": (lambda f: f.capture(output_ids=f.output() + f.output()), lambda f: f.capture()),
     "output_prefix_overlap": (
         lambda f: f.capture(output_ids=f.prompt[-5:] + f.output(), usage={"completion_tokens": len(f.output())}),
         lambda f: f.capture(),

@@ -233,6 +233,11 @@ CASES: dict[str, Case | ToolCallCase | ChainCase | HarmonyCase] = {
         lambda f: f.capture(matched_stop=f.p.stop_ids[0]),
         lambda f, c: _last(c),
     ),
+    "output_past_stop": Case(  # a second turn's ids after the first's stop (a loss mask over both)
+        lambda f: f.capture(output_ids=f.output() + f.answer + [f.p.stop_ids[0]]),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.output()) - 1),  # the first stop, where the server would have ended
+    ),
     "output_prefix_overlap": Case(
         lambda f: f.capture(  # the echoed ids are none the server counted (SGLang #17240)
             output_ids=f.prompt[-5:] + f.output(), usage={"completion_tokens": len(f.output())}

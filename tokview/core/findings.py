@@ -441,6 +441,39 @@ def no_stop_token(ctx: Context) -> Hit | None:
 
 
 @rule(
+    "output_past_stop",
+    ERROR,
+    "The output goes on after a stop id: a server ends the turn there, so the ids after it are not this answer's.",
+)
+def output_past_stop(ctx: Context) -> Hit | None:
+    """A server stops at the first stop id the model generates: ids after one were not generated as this answer.
+    What makes them: a dataset's loss mask that supervises the prompt or the next turn as well (`tokview audit` of
+    another pipeline's rows: the whole row masked 1 read as one answer holding the user turn and its `<|im_end|>`),
+    a second stop supervised after the first, a request with `ignore_eos`, or a profile whose stop ids the server
+    did not stop at. Trained on, the drafter learns to go on past the end of a turn."""
+    out, stops = ctx.output, ctx.profile.stop_ids
+    held = ctx.held_output_ids
+    if len(out) < 2 or not stops or (held is not None and held.isdisjoint(stops)):
+        return None
+    firsts = []
+    for stop in stops:  # list.index: a C-level scan per stop id, not a Python step per output id
+        try:
+            firsts.append(out.index(stop, 0, len(out) - 1))
+        except ValueError:
+            pass
+    if not firsts:
+        return None
+    at = min(firsts)
+    asked = " (the request asked for ignore_eos)" if ctx.capture.settings.get("ignore_eos") is True else ""
+    return Hit.at(
+        f"Output position {at} is the stop id {ctx.name(out[at])}, and {len(out) - at - 1} ids follow it{asked}: a "
+        "server ends the turn at its stop id, so they are no part of this answer (a loss mask over the prompt or the "
+        "next turn, or a stop the server did not make); the drafter would learn to go on past the end of a turn.",
+        [ctx.n_prompt + at],
+    )
+
+
+@rule(
     "output_prefix_overlap",
     ERROR,
     "Output ids begin with the prompt's tail (an SGLang bug): training would double them.",

@@ -48,6 +48,8 @@ class AuditReport:
     """Samples of an earlier audit of the dataset that were reviewed and whose ids changed: pending again."""
     masked_tails: int = 0
     """Rows whose ids go on, masked, after their last supervised id: left out of the samples (`masked_tail`)."""
+    text_differs: list[int] = field(default_factory=list)
+    """Lines of speculators rows whose `text` is not their `input_ids` decoded (`text_of_ids_differs`)."""
 
     def render(self) -> str:
         lines = [
@@ -57,6 +59,12 @@ class AuditReport:
         if self.masked_tails:
             lines.append(
                 f"  {self.masked_tails} rows mask ids after their last supervised id: left out (no answer holds them)"
+            )
+        if self.text_differs:
+            lines.append(
+                f"  {len(self.text_differs)} rows hold a `text` that is not their input_ids decoded (line "
+                f"{', '.join(map(str, self.text_differs[:5]))}{', …' if len(self.text_differs) > 5 else ''}): a "
+                "trainer that re-tokenizes `text` (SpecForge's is_preformatted) trains on other ids than audited"
             )
         if self.review_reset:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
@@ -417,6 +425,8 @@ def _audit_rows(
             if "input_ids" in row and "loss_mask" in row:
                 prompt_id, index, turns = from_speculators(row)
                 report.masked_tails += masked_tail(row) > 0
+                if text_of_ids_differs(row, tokenizer):
+                    report.text_differs.append(n)
             elif ("input_ids" in row) != ("loss_mask" in row) and not {"messages", "conversations", "prompt"} & set(
                 row
             ):
@@ -437,6 +447,19 @@ def _audit_rows(
                 store, n, prompt_id, index, turn, capture, report, settings, seen, profile, tokenizer, reviewed
             ):
                 break  # the row's other turns go with it: a bad row is one line
+
+
+def text_of_ids_differs(row: dict[str, Any], tokenizer: TokenizerAdapter) -> bool:
+    """A speculators row's `text` (when it has one) is not its `input_ids` decoded with the special ids kept, as
+    every such row's text is written: the audit reads the ids, and a trainer reading the text (SpecForge's
+    `is_preformatted` re-tokenizes it) would train on something the audit never saw."""
+    text = row.get("text")
+    if not isinstance(text, str):
+        return False
+    try:
+        return tokenizer.decode([int(i) for i in row["input_ids"]], skip_special_tokens=False) != text
+    except (ValueError, TypeError, OverflowError):  # ids the tokenizer cannot decode: their findings say so
+        return False
 
 
 def _check_size(row: dict[str, Any], limit: int) -> None:
