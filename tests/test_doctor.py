@@ -356,6 +356,33 @@ async def test_a_tool_parser_or_stream_that_loses_a_call_is_said_by_the_doctor(
     assert [c.status for c in others if c.title != title] == ["ok"]  # each fault is said by its own check only
 
 
+@pytest.mark.parametrize(
+    ("quirk", "status", "code"),
+    [
+        ("unclosed-section", "fail", "tool_section_unclosed"),
+        ("section-in-reasoning", "warn", "tool_section_in_reasoning"),
+    ],
+)
+async def test_a_call_whose_ids_break_the_layout_is_said_though_the_parser_returned_it(
+    quirk: str, status: str, code: str, kimi_tok: Any
+) -> None:
+    """The parser returned the call, so the probe passed ("no blocking problems"), and every sample a batch then made
+    of such answers carried an error finding the probe's own answer already held."""
+    tools = by_title(await doctor_for("vllm", kimi_tok, **{quirk: True}))["Tool-call parser"]
+    assert tools["status"] == status, tools
+    assert code in tools["detail"] and "--tool-call-parser kimi_k2" in tools["recommendation"], tools
+
+
+async def test_a_server_whose_streams_fail_fails_the_stream_check(kimi_tok: Any) -> None:
+    """Every streamed answer broke off with an error while the same request answered unstreamed: the check was only
+    skipped and the doctor said "no blocking problems", and a streaming harness behind the proxy failed each time."""
+    with start_simulator(SimConfig(kind="vllm", quirks={"stream-error": True})) as sim:
+        report = await run_doctor(sim.url, tokenizer=kimi_tok, profile=KIMI, timeout=5.0, default_tokenizer=False)
+    stream = by_title(report)["Streamed ids (tokview proxy)"]
+    assert stream["status"] == "fail" and "answered unstreamed" in stream["detail"], stream
+    assert report.failed
+
+
 async def test_a_renamed_call_id_is_a_warning_and_an_unjudged_probe_a_skip(kimi_tok: Any) -> None:
     checks = by_title(await doctor_for("vllm", kimi_tok, **{"uuid-call-ids": True}))
     assert checks["Tool-call parser"]["status"] == "warn"
@@ -445,3 +472,47 @@ async def test_a_vllm_without_a_tool_parser_is_a_skip_naming_the_flags_and_strea
     assert "--enable-auto-tool-choice --tool-call-parser kimi_k2" in tools["recommendation"]
     assert stream["ok"] is True and stream["detail"].startswith("a streamed answer records the same "), stream
     assert not report.failed
+
+
+async def test_a_server_that_never_answers_is_asked_every_info_endpoint_at_once() -> None:
+    """A server that accepts and never answers was asked the four info endpoints two at a time (the doctor's client
+    held two connections): declared unreachable after twice the `--timeout` × attempts its message named."""
+    import threading
+    import time
+
+    from tokview.servers.errors import ServerUnreachable
+    from tokview.servers.features import INFO_PATHS
+
+    arrived: dict[str, float] = {}
+    held: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            line = conn.recv(4096).split(b" ")
+            if len(line) > 1:
+                arrived.setdefault(line[1].decode(), time.monotonic())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ServerUnreachable):
+            await run_doctor(f"http://127.0.0.1:{listener.getsockname()[1]}", tokenizer=None, timeout=2.0, retries=0)
+    finally:
+        done.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert set(INFO_PATHS) <= set(arrived), arrived
+    first = min(arrived.values())
+    assert all(arrived[p] - first < 1.5 for p in INFO_PATHS), arrived  # one round, not a second after a timeout

@@ -200,10 +200,8 @@ def check_trace(
         for call in msg.get("tool_calls") or []:
             name = call["function"]["name"]
             if name not in declared:
-                said = f"declares {', '.join(sorted(declared))}" if declared else "has no `tools`"
-                raise PromptError(
-                    f"{where}: message {number} calls {name!r}, which the row's `tools` does not ({said})"
-                )
+                said = f"its `tools` declare {', '.join(sorted(declared))}" if declared else "it has no `tools`"
+                raise PromptError(f"{where}: message {number} calls {name!r}, which the row does not declare ({said})")
             call.setdefault("id", f"functions.{name}:{made}")
             made += 1
             pending.append(call)

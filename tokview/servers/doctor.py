@@ -22,7 +22,7 @@ from tokview.servers import doctor_tool_checks as tool_checks
 from tokview.servers.chat import served_prompt_ids
 from tokview.servers.doctor_context import QUESTION, DoctorCheck, DoctorContext
 from tokview.servers.errors import CaptureFailed
-from tokview.servers.features import detect
+from tokview.servers.features import INFO_PATHS, detect
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.retry import RetryPolicy
@@ -190,7 +190,9 @@ async def run_doctor(
 
     `notes`: what was changed about the URL the user typed (`urls.server_url_notes`), for a caller that
     validated it first: the normalised `url` it passes on no longer shows the change."""
-    client = ServerClient(url, timeout=timeout, concurrency=2)
+    # the info endpoints in one round: with two connections a hung server was asked them in two, and was said
+    # unreachable after twice the --timeout × attempts its message named (20 s for --timeout 5)
+    client = ServerClient(url, timeout=timeout, concurrency=len(INFO_PATHS))
     policy = RetryPolicy(retries=retries, backoff=0.2)
     named = profile
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokview.core.analysis import analyze
+from tokview.core.finding_rules import Finding
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.servers.capture import chat_capture, raw_capture
@@ -118,7 +119,11 @@ class DoctorContext:
         return got.capture, got.returned_ids
 
     def analysis(self, cap: Capture) -> dict[str, str]:
-        return {f.code: f.detail for f in analyze(cap, self.profile, self.tokenizer).findings}
+        return {f.code: f.detail for f in self.findings(cap)}
+
+    def findings(self, cap: Capture) -> list[Finding]:
+        """Every finding a batch would store for this probe's answer."""
+        return list(analyze(cap, self.profile, self.tokenizer).findings)
 
     def name(self, token_id: int) -> str:
         if self.tokenizer is None:

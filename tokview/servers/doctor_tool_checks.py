@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from tokview.core.analysis import tool_calls_of
+from tokview.core.finding_rules import ERROR
 from tokview.core.record import Capture
 from tokview.proxy.probe import Proxied, ask_as_proxied
 from tokview.servers.doctor_context import QUESTION, DoctorContext
@@ -160,8 +161,20 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
 
 def _check_fields(doc: DoctorContext, cap: Capture, names: str, n_ids: int, n_field: int, where: str) -> None:
     """The parser returned as many calls as the ids hold (or more): do their names, ids and arguments match?"""
-    codes = doc.analysis(cap) if doc.tokenizer is not None else {}
-    if "tool_calls_field_mismatch" in codes:
+    found = doc.findings(cap) if doc.tokenizer is not None else []
+    codes = {f.code: f.detail for f in found}
+    broken = sorted((f for f in found if f.code in LAYOUT_CODES), key=lambda f: f.severity != ERROR)
+    if broken:  # the calls are there and parsed, but their ids break the layout: a batch stores them invalid
+        worst = broken[0]
+        doc.add(
+            "fail" if worst.severity == ERROR else "warn",
+            TOOLS_TITLE,
+            f"the parser returned {names}, but the call's ids break the {doc.profile.name} layout "
+            f"({', '.join(f.code for f in broken)}): {worst.detail}",
+            "a batch or the proxy stores such answers with this finding; check the server's chat template and "
+            f"tool parser ({_flags(doc)})",
+        )
+    elif "tool_calls_field_mismatch" in codes:
         doc.add(
             "warn",
             TOOLS_TITLE,
@@ -183,6 +196,17 @@ def _check_fields(doc: DoctorContext, cap: Capture, names: str, n_ids: int, n_fi
             TOOLS_TITLE,
             f"the parser returned {names}: the {plural(n_ids, 'call')} the ids hold{where}{unchecked}",
         )
+
+
+LAYOUT_CODES = (
+    "tool_section_unclosed",
+    "tool_call_unclosed",
+    "tool_call_out_of_order",
+    "tool_section_in_reasoning",
+    "text_after_tool_calls",
+)
+"""Findings about how the call's ids are laid out (markers, order, where the section sits): a probe whose parser
+returned the calls still passed with them, and every sample a batch then made of such answers was marked invalid."""
 
 
 def _flags(doc: DoctorContext) -> str:
@@ -208,8 +232,14 @@ def check_stream(doc: DoctorContext, whole: Proxied, streamed: Proxied, tools: b
                 "failures",
                 "upgrade the server (vLLM ≥0.10.2 returns ids on a stream; SGLang with the sglext id flags)",
             )
-        else:
-            doc.add("skip", STREAM_TITLE, f"skipped: the streamed request failed: {streamed.error}")
+        else:  # the same request answered unstreamed: streaming itself is what fails (every retry of it)
+            doc.add(
+                "fail",
+                STREAM_TITLE,
+                f"the streamed request failed though the same request answered unstreamed: {streamed.error}",
+                "a harness that streams gets this error through tokview proxy as it would without it; check the "
+                "server's log for the stream's error",
+            )
         return
     a, b = whole.capture, streamed.capture
     what = "a streamed answer with a tool call" if tools and (a.tool_calls or b.tool_calls) else "a streamed answer"
