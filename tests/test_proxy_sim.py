@@ -108,6 +108,42 @@ def test_a_stream_with_logprobs_from_a_vllm_before_0_31_is_its_own_bytes_too(tmp
     assert len(_stored(str(config.db))) == 1
 
 
+def test_the_logprobs_a_client_asked_for_are_stored_with_its_sample(sim, proxy) -> None:
+    """A harness asking for logprobs got them, and the sample's `output_logprobs` stayed empty: they were only in the
+    stored raw answer. The sampled ones are kept per output id; alternatives only when asked for as ids."""
+    asked = [
+        ("chat", _chat(sim.cfg.model_name, False, logprobs=True, top_logprobs=2)),
+        ("chat", _chat(sim.cfg.model_name, True, logprobs=True, top_logprobs=2, return_tokens_as_token_ids=True)),
+        ("completions", {"model": sim.cfg.model_name, "prompt": "Count to five", "max_tokens": 12, "logprobs": 1}),
+    ]
+    served: list[list[float]] = []
+    for endpoint, body in asked:
+        answer = httpx.post(f"{proxy.url}/v1/{endpoint.replace('chat', 'chat/completions')}", json=body).content
+        chunks = [orjson.loads(line[6:]) for line in answer.splitlines() if line.startswith(b"data: {")] or [
+            orjson.loads(answer)
+        ]
+        if endpoint == "chat":
+            entries = [
+                e for c in chunks for ch in c["choices"] for e in (ch.get("logprobs") or {}).get("content") or []
+            ]
+            served.append([e["logprob"] for e in entries])
+        else:
+            held = [(ch.get("logprobs") or {}).get("token_logprobs") or [] for c in chunks for ch in c["choices"]]
+            served.append([v for values in held for v in values])
+    proxy.stop()
+    with Store(proxy.db) as store:
+        rows = store.query("SELECT output_ids, output_logprobs, output_top_ids FROM samples ORDER BY sample_id")
+    assert len(rows) == 3
+    for (output_ids, logprobs, _), values in zip(rows, served, strict=True):
+        if not values:  # the simulator's SGLang sends none on a chat stream or completions
+            assert logprobs is None
+            continue
+        assert len(logprobs) == len(output_ids) and logprobs == pytest.approx(values)
+    assert rows[0][2] is None  # alternatives named by their text: left out
+    if served[1]:
+        assert rows[1][2] is not None and all(len(t) == 2 for t in rows[1][2])
+
+
 def test_a_vllm_answer_without_reasoning_says_why_it_is_not_recorded(sim, proxy) -> None:
     """`include_reasoning: false` with a reasoning parser: vLLM then withholds the token ids (`suppress_metadata`),
     and the failure read as if the server were too old to send them."""

@@ -80,6 +80,15 @@ def _lp(value: object) -> float | None:
     raise MalformedLogprob(f"a logprob is {'NaN' if math.isnan(value) else value}, not a log-probability")
 
 
+def sampled_only(values: object, output_ids: Sequence[int]) -> TokenLogprobs | None:
+    """The sampled tokens' logprobs alone, one per output id (None when they are not a list of that length): what is
+    kept of alternatives named by their text, which two tokens can share (a client that did not ask for
+    `return_tokens_as_token_ids`)."""
+    if not isinstance(values, list) or len(values) != len(output_ids):
+        return None
+    return TokenLogprobs([_lp(v) for v in values])
+
+
 def above_zero(logprobs: Sequence[float | None]) -> float | None:
     """The first logprob above 0 (beyond float rounding), None when there is none: no probability is above 1, and a
     score of such values read as a mean NLL below 0."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
+from tokview.proxy.client_logprobs import client_logprobs
 from tokview.proxy.ids import SGLEXT_FLAGS, id_fields
 from tokview.servers.chat import parse_chat
 from tokview.servers.request import normalize_usage
@@ -223,6 +224,7 @@ def build_capture(
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
         how = "the sglext ids" if id_fields(kind, stream, endpoint) == SGLEXT_FLAGS else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
+    fields.update(client_logprobs(endpoint, answer, stream=stream, settings=settings, output_ids=fields["output_ids"]))
     return Capture(
         **fields,
         settings=settings,

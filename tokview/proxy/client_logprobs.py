@@ -1,0 +1,82 @@
+"""The logprobs a harness asked for itself, kept with its sample.
+
+Why: a harness that asks for logprobs (an RL loop, a scorer) gets the target's own per-token logprobs for every id
+the proxy records; they were left inside the stored raw answer, and the sample's `output_logprobs` (what
+`tokview batch --logprobs` fills, what exports and the app's heat view read) stayed empty. The proxy never adds
+logprobs to a request (the client's answer must be the upstream's own), so only what the client asked for is kept:
+the sampled token's logprob per output id, and the alternatives' ids when the client asked for them as ids
+(`return_tokens_as_token_ids`); alternatives named by their text are left out (two tokens can print the same). An
+answer whose logprobs do not line up with its ids (a vLLM before 0.31 streams no entry for a marker id) keeps none:
+the sample itself is never refused for its side data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokview.core import logprobs as lp
+from tokview.core.json_value import as_pydantic_bool
+from tokview.servers.shapes import logprob_fields
+
+CHAT = "chat"
+
+
+def client_logprobs(
+    endpoint: str, answer: object, *, stream: bool, settings: dict[str, Any], output_ids: list[int]
+) -> dict[str, Any]:
+    """The capture's logprob fields from the client's own request for them; {} when it asked for none or they
+    cannot be lined up with the ids."""
+    asked = settings.get("logprobs")
+    chunks = answer if stream and isinstance(answer, list) else [answer]
+    choices = [_first_choice(c) for c in chunks]
+    try:
+        if endpoint == CHAT:
+            if as_pydantic_bool(asked) is not True:
+                return {}
+            content = _joined(choices, "content")
+            if content is None:
+                return {}
+            try:
+                found = lp.from_vllm_chat({"content": content}, output_ids)
+            except lp.LogprobShapeError:  # alternatives named by their text: the sampled ones alone
+                found = lp.sampled_only(
+                    [e.get("logprob") if isinstance(e, dict) else None for e in content], output_ids
+                )
+        else:
+            if type(asked) is not int or asked < 0:
+                return {}
+            merged = {
+                "token_logprobs": _joined(choices, "token_logprobs"),
+                "top_logprobs": _joined(choices, "top_logprobs"),
+            }
+            try:
+                found = lp.from_vllm_completion(merged, output_ids, asked)
+            except lp.LogprobShapeError:
+                found = lp.sampled_only(merged["token_logprobs"], output_ids)
+    except lp.LogprobShapeError:  # NaN, or not numbers at all: the answer's own trouble, never the sample's
+        return {}
+    return logprob_fields(found) if found is not None else {}
+
+
+def _first_choice(chunk: object) -> dict[str, Any]:
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            return choice
+    return {}
+
+
+def _joined(choices: list[dict[str, Any]], key: str) -> list[Any] | None:
+    """`logprobs[key]` of every chunk's choice, joined in order; None when no chunk has it (or one has another shape)."""
+    out: list[Any] = []
+    seen = False
+    for choice in choices:
+        held = choice.get("logprobs")
+        part = held.get(key) if isinstance(held, dict) else None
+        if part is None:
+            continue
+        if not isinstance(part, list):
+            return None
+        seen = True
+        out += part
+    return out if seen else None
