@@ -729,3 +729,26 @@ def test_a_split_cut_in_the_middle_of_a_character_is_not_a_parser_mismatch(qwen_
     assert "truncated" in codes_ and "parser_split_mismatch" not in codes_
     other = dataclasses.replace(capture, content="\n\nanswer")
     assert "parser_split_mismatch" in analyze(other, qwen_profile, qwen_tok).codes
+
+
+def test_a_newline_after_the_stop_is_template_glue_not_ids_past_the_stop(fam):
+    """SpecForge's ChatML end of turn is `<|im_end|>\\n`, supervised whole: every row of such a dataset was invalid.
+    Only whitespace after the stop is glue (`no_stop_token` warns of it); a second turn after it is not."""
+    newline = fam.tok.encode("\n")
+    glued = analyze(fam.capture(output_ids=fam.output() + newline), fam.profile, fam.tok)
+    assert "output_past_stop" not in glued.codes and "no_stop_token" in glued.codes
+    more = analyze(fam.capture(output_ids=fam.output() + newline + fam.answer), fam.profile, fam.tok)
+    assert "output_past_stop" in more.codes
+
+
+def test_an_echoed_prompt_tail_holding_its_stop_is_said_once_as_the_echo(fam):
+    """SGLang #17240 echoes the prompt's tail into the output: a tail holding the prompt's `<|im_end|>` was also
+    called ids past a stop, with the wrong cause."""
+    end = max(k for k, t in enumerate(fam.prompt) if t in fam.p.stop_ids)  # the user turn's end
+    tail = fam.prompt[end - 2 :]
+    analysis = analyze(
+        fam.capture(output_ids=tail + fam.output(), usage={"completion_tokens": len(fam.output())}),
+        fam.profile,
+        fam.tok,
+    )
+    assert "output_prefix_overlap" in analysis.codes and "output_past_stop" not in analysis.codes

@@ -148,6 +148,30 @@ def test_notes_and_tags_of_a_diverged_review_come_across_beside_the_targets_revi
         assert store.load_sample(sample_ids[1]).tags == ["hard"]
 
 
+def test_an_untag_on_a_copy_adds_no_second_note_and_a_verdicts_note_comes_across(tmp_path, original, capsys):
+    """An untag writes its note row again, same time, a tag fewer: merged after a review here, that rewrite was
+    added as a second copy of the note. A verdict written with a note and tags on the copy lost both."""
+    from tokview.store import bulk_review
+
+    sample_ids = ids(original)
+    with Store(original) as store:
+        store.add_note(sample_ids[0], "keep an eye on this", who="alice", tags=["hard", "math"])
+    copy = tmp_path / "bob.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        bulk_review.remove_tag(store, [sample_ids[0]], "hard", who="bob")
+        store.record_verdict(sample_ids[1], "rejected", reason="off", note="see the tool call", tags=["tools"])
+    with Store(original) as store:
+        store.record_verdict(sample_ids[0], "approved", who="alice")
+        store.record_verdict(sample_ids[1], "approved", who="alice")
+    said = merge(copy, original, capsys)
+    assert f"merged the notes and tags {copy} added to 1 samples" in said, said
+    with Store(original) as store:
+        first, second = store.load_sample(sample_ids[0]), store.load_sample(sample_ids[1])
+    assert first.notes == ["keep an eye on this"] and sorted(first.tags) == ["hard", "math"]  # the review here stands
+    assert second.status == "approved" and second.notes == ["see the tool call"] and second.tags == ["tools"]
+
+
 def test_an_older_copy_never_takes_back_review_done_here(tmp_path, original, capsys):
     sample_id = ids(original)[0]
     copy = tmp_path / "copy.duckdb"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tokview.proxy.sessions import SessionBook, Turn, _pack
+from tokview.proxy.sessions import KEY_IDS, SHORT_MIN_OUTPUT, SessionBook, Turn, _pack
 
 SYSTEM = list(range(100, 140))
 USER_A = [{"role": "user", "content": "a"}]
@@ -423,7 +423,16 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
             prompt = rng.choice(starts) + [rng.randrange(4) for _ in range(rng.randrange(4))]
         packed, _ = _pack(prompt)
         live = [h for s in book._sessions.values() for h in s.heads]
-        fits = [h for h in live if packed.startswith(h.sequence)]  # shorter than a key too
+        fits = [  # a turn shorter than a key too, past an answer of SHORT_MIN_OUTPUT ids (or the prompt's whole key)
+            h
+            for h in live
+            if packed.startswith(h.sequence)
+            and (
+                len(h.sequence) >= 4 * KEY_IDS
+                or len(h.sequence) == len(packed[: 4 * KEY_IDS])
+                or len(h.sequence) // 4 - h.prompt_len >= SHORT_MIN_OUTPUT
+            )
+        ]
         fits = [h for h in fits if not (h.turn == 0 and len(h.sequence) == len(packed) == 4 * h.prompt_len)]
         # of equals the first indexed that no turn continues yet, else the first indexed
         expected = min(fits, key=lambda h: (-len(h.sequence), h.continued, h.order)) if fits else None

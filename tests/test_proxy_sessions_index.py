@@ -60,7 +60,19 @@ def test_a_short_turn_forgotten_for_room_is_no_longer_looked_up() -> None:
     for k in range(3):
         prompt = [100 + k]
         turn = book.place(prompt, None)
-        book.add(turn, f"s{k}", prompt_ids=prompt, output_ids=[7], messages=None, answer=None)
-    assert book.place([100, 7, 8], None).joined_by == "new"  # s0 was forgotten: nothing to continue
-    assert book.place([102, 7, 8], None).parent_sample == "s2"
+        book.add(turn, f"s{k}", prompt_ids=prompt, output_ids=[7, 7], messages=None, answer=None)
+    assert book.place([100, 7, 7, 8], None).joined_by == "new"  # s0 was forgotten: nothing to continue
+    assert book.place([102, 7, 7, 8], None).parent_sample == "s2"
     assert sum(book._short_keys.values()) == 1
+
+
+def test_a_one_id_answer_to_a_short_prompt_is_no_start_for_every_prompt_that_opens_alike() -> None:
+    """A warm-up (`"Hello"` answered `","`) became turn 0 of every later, unrelated prompt that opened with
+    "Hello,": a head that short is continued only past an answer of SHORT_MIN_OUTPUT ids."""
+    from tokview.proxy.sessions import SHORT_MIN_OUTPUT
+
+    book = SessionBook("r")
+    warm = book.place([1, 9], None)
+    book.add(warm, "warm", prompt_ids=[1, 9], output_ids=[5], messages=None, answer=None)
+    assert SHORT_MIN_OUTPUT == 2 and not book._short_keys
+    assert book.place([1, 9, 5, 70, 71, 72], None).joined_by == "new"

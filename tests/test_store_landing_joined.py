@@ -94,22 +94,21 @@ def test_a_disk_without_room_to_spare_reads_the_parts_as_they_are(tmp_path, monk
 
 def test_a_copy_a_killed_landing_left_is_removed_at_the_next_one(tmp_path):
     """A landing killed between its copy and its end left `.landing-<pid>-N….tmp` for an hour (the stale `.tmp`
-    rule); its process being gone, the next landing removes it at once. A live process's copy, and any other
-    `.tmp`, wait for the hour: a batch's part being written is one."""
-    import subprocess
-    import sys
-
+    rule): the next landing, which holds the store as any landing does, removes another process's copy at once.
+    Its own process's copies, any other `.tmp` (a batch's part being written), and copies seen without the store
+    held (opening it read-only) wait for the hour."""
     db = tmp_path / "s.duckdb"
+    other = os.getpid() + 1  # alive or not: a landing of it would hold the store
     with Store(db) as store:
         store.write_part([_record(store, "a")])
-        gone = subprocess.Popen([sys.executable, "-c", "pass"])
-        gone.wait()
-        left = store.parts_dir / f".landing-{gone.pid}-3.samples.jsonl.tmp"
-        trial = store.parts_dir / f".trial-{gone.pid}-1.samples.jsonl.tmp"
-        alive = store.parts_dir / f".landing-{os.getppid()}-0.samples.jsonl.tmp"
-        writing = store.parts_dir / f"part-{gone.pid}.samples.jsonl.tmp"
-        for f in (left, trial, alive, writing):
+        left = store.parts_dir / f".landing-{other}-3.samples.jsonl.tmp"
+        trial = store.parts_dir / f".trial-{other}-1.samples.jsonl.tmp"
+        mine = store.parts_dir / f".landing-{os.getpid()}-0.samples.jsonl.tmp"
+        writing = store.parts_dir / f"part-{other}.samples.jsonl.tmp"
+        for f in (left, trial, mine, writing):
             f.write_bytes(b"{}\n")
+        complete_parts(store.parts_dir)  # not held for writing: nothing taken
+        assert left.exists() and trial.exists()
         assert store.ingest() == (1, 0)
         assert not left.exists() and not trial.exists()
-        assert alive.exists() and writing.exists()
+        assert mine.exists() and writing.exists()

@@ -450,7 +450,9 @@ def output_past_stop(ctx: Context) -> Hit | None:
     What makes them: a dataset's loss mask that supervises the prompt or the next turn as well (`tokview audit` of
     another pipeline's rows: the whole row masked 1 read as one answer holding the user turn and its `<|im_end|>`),
     a second stop supervised after the first, a request with `ignore_eos`, or a profile whose stop ids the server
-    did not stop at. Trained on, the drafter learns to go on past the end of a turn."""
+    did not stop at. Trained on, the drafter learns to go on past the end of a turn. Whitespace alone after the
+    stop is the template's glue (SpecForge's ChatML end of turn is `<|im_end|>\n`, supervised whole): only
+    `no_stop_token` speaks of it."""
     out, stops = ctx.output, ctx.profile.stop_ids
     held = ctx.held_output_ids
     if len(out) < 2 or not stops or (held is not None and held.isdisjoint(stops)):
@@ -464,6 +466,11 @@ def output_past_stop(ctx: Context) -> Hit | None:
     if not firsts:
         return None
     at = min(firsts)
+    after = out[at + 1 :]
+    if ctx.tokenizer is not None and set(after).isdisjoint(stops) and not ctx.tokenizer.decode(after).strip():
+        return None  # the template's newline after its end of turn (SpecForge's ChatML `<|im_end|>\n`): no answer
+    if output_prefix_overlap(ctx) is not None:
+        return None  # the prompt's tail echoed (SGLang #17240), its stop included: that finding says what happened
     asked = " (the request asked for ignore_eos)" if ctx.capture.settings.get("ignore_eos") is True else ""
     return Hit.at(
         f"Output position {at} is the stop id {ctx.name(out[at])}, and {len(out) - at - 1} ids follow it{asked}: a "

@@ -457,7 +457,11 @@ def text_of_ids_differs(row: dict[str, Any], tokenizer: TokenizerAdapter) -> boo
     if not isinstance(text, str):
         return False
     try:
-        return tokenizer.decode([int(i) for i in row["input_ids"]], skip_special_tokens=False) != text
+        ids = [int(i) for i in row["input_ids"]]
+        if tokenizer.decode(ids, skip_special_tokens=False) == text:
+            return False
+        # a decode may differ in spacing alone (a SentencePiece tokenizer's): what a trainer gets is the re-encode
+        return tokenizer.encode(text) != ids and tokenizer.encode_prompt(text) != ids
     except (ValueError, TypeError, OverflowError):  # ids the tokenizer cannot decode: their findings say so
         return False
 

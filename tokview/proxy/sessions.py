@@ -239,6 +239,16 @@ def _digests(messages: list[Any], after: Any = None) -> tuple[list[str], Any]:
     return out, h
 
 
+SHORT_MIN_OUTPUT = 2
+"""A turn shorter than a key is continued only past an answer of at least this many ids: a one-id answer (a
+warm-up, a health check: `"Hello"` answered `","`) was the start of every later prompt that opened the same way."""
+
+
+def _continued_short(head: _Head, key: bytes) -> bool:
+    """Whether a head keyed by fewer than KEY_IDS ids (all of it) may be continued by a longer prompt (`_short_keys`)."""
+    return len(key) < KEY_IDS * 4 and len(head.sequence) // 4 - head.prompt_len >= SHORT_MIN_OUTPUT
+
+
 class SessionBook:
     def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_SESSION_BYTES) -> None:
         self.run_id, self.max_sessions, self.max_bytes = run_id, max_sessions, max_bytes
@@ -530,7 +540,7 @@ class SessionBook:
         if head.session_id.startswith(UNNAMED):  # only these are continued by their ids alone (`_longest_prefix`)
             key = bytes(head.sequence[: KEY_IDS * 4])
             self._by_start.setdefault(key, PrefixGroup()).add(head)
-            if len(key) < KEY_IDS * 4:
+            if _continued_short(head, key):
                 self._short_keys[len(key)] += 1
         if head.message_key is not None:
             self._by_messages.setdefault(head.message_key, []).append(head)
@@ -541,7 +551,7 @@ class SessionBook:
         group = self._by_start.get(key)
         if group is not None:
             group.remove(head)
-            if len(key) < KEY_IDS * 4 and head.session_id.startswith(UNNAMED):  # as `_index` counted it
+            if head.session_id.startswith(UNNAMED) and _continued_short(head, key):  # as `_index` counted it
                 self._short_keys[len(key)] -= 1
                 if not self._short_keys[len(key)]:
                     del self._short_keys[len(key)]
@@ -580,7 +590,7 @@ class SessionBook:
         for size in self._short_keys:  # heads shorter than a key (rare: only short completions make them)
             shorter = self._by_start.get(packed[:size]) if size < len(key) else None
             if shorter is not None:
-                extended += shorter.extended_by(packed)
+                extended += [h for h in shorter.extended_by(packed) if _continued_short(h, packed[:size])]
         # A first turn whose answer was empty, asked once more: without a name, the same first prompt again (a
         # rollout of the same task) starts a session of its own, as after any answer (every later rollout of it was
         # filed into the empty one's session). A later turn's prompt again is a retry of that turn (`_after`).

@@ -51,7 +51,9 @@ class Landing:
     def land_parts(self) -> tuple[int, int]:
         """Land every complete part in one transaction: (new samples, failures recorded)."""
         with self.file.writing() as conn:
-            sample_files, failure_files = parts.complete_parts(self.file.parts_dir, said=self.file.on_wait)
+            sample_files, failure_files = parts.complete_parts(
+                self.file.parts_dir, said=self.file.on_wait, landing=True
+            )
             if not sample_files and not failure_files:
                 return 0, 0
             columns, types = self._columns(conn)
@@ -81,7 +83,7 @@ class Landing:
         """Set aside the parts (and their lines) that cannot land, found by trial landings rolled back with the
         file held: (damaged parts, whole lines of them kept)."""
         with self.file.writing() as conn:
-            sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
+            sample_files, failure_files = parts.complete_parts(self.file.parts_dir, landing=True)
             landed = _part_names(landed_failure_parts(conn))  # nothing to salvage, and never to land again
             failure_files = [f for f in failure_files if f.name not in landed]
             columns, types = self._columns(conn)

@@ -122,26 +122,24 @@ def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: Merg
     )
     counted = conn.execute("SELECT count(*) FROM _merge_take").fetchone()
     taken = int(counted[0]) if counted else 0
-    noted = _take_notes(conn, verdict_cols)
+    noted = _take_notes(conn)
     for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
         conn.execute(f"DROP TABLE {table}")
     return taken, int(kept[0]) if kept else 0, noted
 
 
-_SAME_EVENT = " AND ".join(
-    f"m.{c} IS NOT DISTINCT FROM s.{c}" for c in ('"at"', "who", "kind", "status", "reason", "note", "tags")
-)
-
-
-def _take_notes(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> int:
+def _take_notes(conn: duckdb.DuckDBPyConnection) -> int:
     """Notes and tags the source added to a sample both stores reviewed since the copy: added beside this store's
-    review (samples given some). Why: a verdict is one or the other, but a note or a tag is not in conflict with
-    anything, and a second reviewer's were dropped without a word when the two histories diverged (only another
-    status was said). Only the source's live note rows past the history both share, and only those this store does
-    not hold already: merging the same source again adds nothing."""
+    review as note rows (samples given some). Why: a verdict is one or the other, but a note or a tag is not in
+    conflict with anything, and a second reviewer's were dropped without a word when the two histories diverged
+    (only another status was said). Only the source's live rows past the history both share that carry a note or
+    tags (a note row, or a verdict written with them: its note and tags, not its status), and only those this store
+    holds no row of yet by sample, time, author and kind: an untag rewrites a row with the same time and a tag fewer,
+    and that rewrite was added as a second copy of the note; merging the same source again adds nothing."""
     rows = conn.execute(
-        "SELECT sample_id, src_ev, main_ev FROM _merge_hist WHERE main_ev IS NOT NULL "
-        "AND sample_id IN (SELECT sample_id FROM _merge_same) AND sample_id NOT IN (SELECT sample_id FROM _merge_take)"
+        "SELECT sample_id, src_ev, main_ev FROM _merge_hist WHERE main_ev IS NOT NULL AND src_ev IS DISTINCT FROM "
+        "main_ev AND sample_id IN (SELECT sample_id FROM _merge_same) "
+        "AND sample_id NOT IN (SELECT sample_id FROM _merge_take)"
     ).fetchall()
     past: list[tuple[str, int]] = []
     for sample_id, src_events, main_events in rows:
@@ -156,12 +154,17 @@ def _take_notes(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> int:
     conn.executemany("INSERT INTO _merge_past VALUES (?, ?)", past)
     numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
     conn.execute(
-        f"CREATE OR REPLACE TEMP TABLE _merge_notes AS SELECT s.* FROM (SELECT v.*, {numbered} AS n FROM src.verdicts "
-        "v WHERE sample_id IN (SELECT sample_id FROM _merge_past)) s JOIN _merge_past p USING (sample_id) "
-        "WHERE s.n > p.shared AND s.kind = 'note' AND NOT s.undone "
-        f"AND NOT EXISTS (SELECT 1 FROM main.verdicts m WHERE m.sample_id = s.sample_id AND {_SAME_EVENT})"
+        'CREATE OR REPLACE TEMP TABLE _merge_notes AS SELECT s.sample_id, s."at", s.who, s.note, s.tags, s.seq '
+        f"FROM (SELECT v.*, {numbered} AS n FROM src.verdicts v WHERE sample_id IN (SELECT sample_id FROM _merge_past)) "
+        "s JOIN _merge_past p USING (sample_id) WHERE s.n > p.shared AND NOT s.undone AND (s.kind = 'note' OR "
+        "(s.kind = 'verdict' AND (coalesce(s.note, '') <> '' OR coalesce(len(s.tags), 0) > 0))) "
+        'AND NOT EXISTS (SELECT 1 FROM main.verdicts m WHERE m.sample_id = s.sample_id AND m."at" = s."at" '
+        "AND m.who IS NOT DISTINCT FROM s.who AND m.kind IN ('note', s.kind))"
     )
-    conn.execute(f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM _merge_notes ORDER BY seq")
+    conn.execute(
+        'INSERT INTO main.verdicts (sample_id, "at", who, kind, note, tags) '
+        "SELECT sample_id, \"at\", who, 'note', note, tags FROM _merge_notes ORDER BY seq"
+    )
     counted = conn.execute("SELECT count(DISTINCT sample_id) FROM _merge_notes").fetchone()
     conn.execute("DROP TABLE _merge_notes")
     conn.execute("DROP TABLE _merge_past")

@@ -119,8 +119,12 @@ def write_part(
     return directory / name
 
 
-def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
-    """(sample parts, failure parts), oldest first; stale temporary files are removed on the way.
+def complete_parts(
+    directory: Path, said: Callable[[str], None] | None = None, *, landing: bool = False
+) -> tuple[list[Path], list[Path]]:
+    """(sample parts, failure parts), oldest first; stale temporary files are removed on the way. `landing`: the
+    caller holds the store for writing, so no other process is landing and any other process's landing copy is
+    left from a kill (`_of_another_lander`).
 
     Only regular files this process can read are parts: anything else named like one (a directory, a socket, a
     file of mode 000) is moved to `damaged/` where a person can look at it (left where it is when the folder cannot
@@ -140,7 +144,7 @@ def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -
         name = entry.name
         if name.endswith(".tmp"):
             try:
-                if now - entry.stat().st_mtime > STALE_TMP_S or _of_dead_lander(name):
+                if now - entry.stat().st_mtime > STALE_TMP_S or (landing and _of_another_lander(name)):
                     os.unlink(entry.path)
             except OSError:
                 pass
@@ -160,22 +164,16 @@ LANDER_COPIES = (".landing-", ".trial-")
 """`.tmp` copies a landing makes of parts (`landing.one_file`, trial landings), named `<prefix><pid>-…`."""
 
 
-def _of_dead_lander(name: str) -> bool:
-    """A landing's copy whose process is gone (a kill mid-landing): removed at once, not after `STALE_TMP_S`; its
-    rows landed or not, the parts it copied are still there. A pid reused since waits for the hour."""
+def _of_another_lander(name: str) -> bool:
+    """A landing's copy made by another process: read while the store is held for writing, its landing is over (a
+    landing holds the store from its copy to its end), so the copy is left from a kill and is removed at once, not
+    after `STALE_TMP_S`; the parts it copied are still there. Never by asking whether its pid lives: a process in
+    another container sharing the folder has a pid this one cannot see."""
     prefix = next((p for p in LANDER_COPIES if name.startswith(p)), None)
     if prefix is None:
         return False
     pid = name[len(prefix) :].partition("-")[0]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, OverflowError):  # alive under another user, or no such pid at all on this system
-        return False
-    return False
+    return pid.isdigit() and int(pid) != os.getpid()
 
 
 def _is_regular(entry: os.DirEntry[str]) -> bool:
