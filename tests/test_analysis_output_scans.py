@@ -40,8 +40,9 @@ def test_an_answer_without_tool_calls_is_searched_only_for_the_ids_it_holds(make
     counted = CountedSearches(capture.output_ids)
     capture.output_ids = counted
     analysis = analyze(capture, kimi_profile, kimi_tok)
-    # the closer (found, then not found again): two searches; the opener and the five markers: none
-    assert counted.searches == 2
+    # the closer (found, then not found again): two searches; the stop id, which it holds, once (is there one before
+    # its end: `output_past_stop`); the opener and the five markers: none
+    assert counted.searches == 3
     assert analysis.findings == analyze(make_capture(), kimi_profile, kimi_tok).findings
 
 

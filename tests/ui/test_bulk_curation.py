@@ -396,6 +396,8 @@ async def test_the_export_dialog_writes_beside_the_store_and_asks_before_replaci
         assert (tmp_path / "export.jsonl").read_text() != "an earlier export\n"
         said = [n.message for n in app._notifications]  # seen at 80x24 too, where the summary is below the fold
         assert any(str(m).startswith("exported 24 of 24 selected samples") for m in said), said
+        assert any("exists: ctrl+s again replaces it" in str(m) for m in said), said  # the warning too
+        assert any("+invalid goes with the approved selection" in str(m) for m in said), said
 
 
 async def test_the_export_dialogs_default_is_a_folder_it_can_write(make_app, tmp_path, monkeypatch):

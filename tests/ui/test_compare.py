@@ -104,6 +104,31 @@ async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(
         assert app.screen.__class__.__name__ == "InspectScreen"
 
 
+async def test_a_divergence_past_the_shorter_samples_end_is_where_both_the_title_and_the_line_say(
+    make_app, store, tokenizer, profile
+):
+    """A sibling cut short (its ids a prefix of the other's): the shorter pane's cursor, clamped to its end, pulled
+    the other back a position, and the line below named position 51 under a title saying 52."""
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    cut = short_capture()
+    cut.output_ids = list(capture.output_ids[:-3])
+    cut.finish_reason = "length"
+    store.put_sample("p001@run-c", "p001", "run-c", cut, analyze(cut, profile, tokenizer))
+    first = len(cut.prompt_ids) + len(cut.output_ids)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await compare_second_sample(app, pilot)
+        await settle(app, pilot)
+        assert screen.compared is not None and screen.compared.diff.first == first
+        longer = screen.left if len(screen.left.seq) > len(screen.right.seq) else screen.right
+        assert longer.cursor == first
+        detail = str(screen.query_one("#compare-detail").render())
+        assert f"[{first}]" in detail and "differ" in detail, detail
+
+
 async def test_d_without_a_sibling_says_so(make_app):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

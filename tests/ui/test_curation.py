@@ -240,6 +240,37 @@ async def test_undo_after_a_tag_takes_back_the_tag_not_the_verdict(make_app, sto
         assert store.load_sample("p001@demo_gen0").status == "pending"
 
 
+async def test_taking_off_a_tag_the_sample_lacks_records_nothing_and_u_keeps_the_earlier_action(make_app, store):
+    """`-nosuch` said "took off nosuch · (u undoes)" though nothing was written, and the next `u` took back the
+    approval before it. Typed adds beside a removal (or two removals) were dropped unsaid: refused in the dialog."""
+    from textual.notifications import Notify
+
+    from tokview.ui.screens.modals import TagDialog, TagInputError, parse_tags
+
+    app = make_app()
+    said: list = []
+    async with app.run_test(size=(120, 40), message_hook=said.append) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a", "down")
+        await pilot.press("t", *"-nosuch", "enter")
+        await pilot.pause()
+        told = [str(m.notification.message) for m in said if isinstance(m, Notify)]
+        assert any("has no tag nosuch · nothing recorded" in t for t in told), told
+        await pilot.press("t", *"new,-keep", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TagDialog)  # refused: the dialog stays for another entry
+        await pilot.press("escape")
+        assert store.load_sample("p002@demo_gen0").history == []
+        assert store.load_sample("p001@demo_gen0").status == "approved"
+        await pilot.press("u")
+        await pilot.pause()
+        assert store.load_sample("p001@demo_gen0").status == "pending"  # the approval, the latest action
+    for typed, why in (("new,-keep", "not both"), ("-x,-y", "one tag at a time")):
+        with pytest.raises(TagInputError, match=why):
+            parse_tags(typed)
+    assert parse_tags("Foo, foo,FOO ,bar").add == ["Foo", "bar"]
+
+
 async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, tokenizer, profile):
     """An empty list: n / t / r say there is no sample instead of asking for text that goes nowhere."""
     from tokview.store import Store

@@ -87,3 +87,7 @@ async def test_heat_says_unavailable_when_steps_cannot_be_placed(tokenizer, prof
         assert "unavailable" in label
         assert "not every decode step drafted" in label
         assert served.seq.classes == before  # nothing coloured: never a guess
+        await pilot.press("h")  # sampled: none here, said where an 80-column label cannot say it
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any(m.startswith("sampled logprob: no logprobs captured") for m in said), said

@@ -261,6 +261,7 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
     with Store(db) as store:
         store.put_failure("user:alice", "proxy:r:alice-x", "r", "refused by the upstream: HTTP 400: [bad] request")
         turns = session_turns(store, "user:alice")
+        store.record_verdict(turns[0].sample_id, "approved", override=True)  # reviewed: `]` passes it
     assert [(t.turn, t.failed) for t in turns] == [(0, False), (1, False), (-1, True)]  # it came last
     app = _app(str(db), tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -275,6 +276,16 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
         await pilot.pause()
         assert app.screen is screen  # nothing to inspect: said instead
         assert any("this request failed: refused by the upstream" in str(n.message) for n in app._notifications)
+        # `]`: the next pending turn of this session (it did nothing here); none after the last, and a failed
+        # request is no turn to review
+        table = screen.query_one("DataTable")
+        await pilot.press("up", "up", "right_square_bracket")
+        await pilot.pause()
+        assert table.cursor_row == 1
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert table.cursor_row == 1
+        assert any("no pending turn after this one" in str(n.message) for n in app._notifications)
 
 
 def _alice(sim: Any, db: str, tokenizer: Any, profile: Any, questions: list[str], user: str = "alice") -> None:

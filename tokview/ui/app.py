@@ -24,6 +24,7 @@ from textual.worker import Worker, WorkerState
 
 from tokview.store import bulk_review
 from tokview.store.errors import CannotUndo, StoreError
+from tokview.store.queries import sql_lower
 from tokview.store.sample_rows import UnknownSample
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
@@ -231,8 +232,8 @@ class TokviewApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in STORE_WIDE_ACTIONS:  # no sample needed: they worked only on the samples list and inspect
             return not isinstance(self._work_screen(), ModalScreen)
-        if action == "next_unreviewed":  # the list's order: from the list or a sample opened over it
-            return isinstance(self._work_screen(), (InspectScreen, SamplesScreen))
+        if action == "next_unreviewed":  # the list's order from the list or a sample over it; a session's own
+            return isinstance(self._work_screen(), (InspectScreen, SamplesScreen, SessionTurnsScreen))
         if action in CURATION_ACTIONS:
             return isinstance(self._work_screen(), (InspectScreen, SamplesScreen, SessionTurnsScreen))
         return PANEL_OF_ACTION.get(action) != type(self.screen).__name__  # a panel's own key: off its footer
@@ -501,7 +502,9 @@ class TokviewApp(App[None]):
             if edit is None or (not edit.add and not edit.remove):
                 return
             if target is not None:
-                if edit.remove:
+                if edit.remove and sql_lower(edit.remove) not in {sql_lower(t) for t in carried}:
+                    self.notify(f"{target[0]}: has no tag {edit.remove} · nothing recorded", timeout=3)
+                elif edit.remove:  # nothing written said "took off", and the next `u` took back an earlier action
                     self._record_untag(target, edit.remove)
                 else:
                     self._record_note(target, "", tags=edit.add)
@@ -576,6 +579,11 @@ class TokviewApp(App[None]):
         )
 
     def action_next_unreviewed(self) -> None:
+        screen = self._work_screen()
+        if isinstance(screen, SessionTurnsScreen):  # the session's next pending turn, in its own order
+            if not screen.next_pending():
+                self.notify("no pending turn after this one in this session", timeout=2)
+            return
         if self.samples_screen is None:
             return
         after = self.samples_screen.sample_list.cursor

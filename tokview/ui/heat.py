@@ -98,7 +98,7 @@ def unavailable(capture: Capture, mode: str) -> str | None:
             return "no spec-decode metrics captured"
         return "acceptance per position unavailable: " + sd.unavailable_reason(spec, len(capture.output_ids))
     if mode == "sampled":
-        return "no logprobs captured (tokview batch --logprobs K)"
+        return "no logprobs captured (tokview batch --logprobs K, or a proxied client that asked for them)"
     return "not scored (tokview score)"
 
 

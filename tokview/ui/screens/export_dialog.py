@@ -151,29 +151,34 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
 
     def action_run(self) -> None:
         request = self.request()
-        summary = self.query_one("#export-summary", Static)
         if self.running:
-            summary.update(plain(f"an export is still writing: {request.out}"))
+            self._say(f"an export is still writing: {request.out}")
             return
         if not request.out:
-            summary.update("give a path to write to")
+            self._say("give a path to write to")
             return
         asked, self._replacing = self._replacing, None  # a ctrl+s replaces only right after the one that asked
         if request.include_invalid and request.select != "approved":  # `export --include-invalid` refuses it too
             other = "exports them already" if request.select == "all" else "leaves every invalid sample out"
-            summary.update(f"+invalid goes with the approved selection ({request.select} {other})")
+            self._say(f"+invalid goes with the approved selection ({request.select} {other})")
             return
         target = Path(request.out)  # `request` expanded `~`
         if is_duckdb_file(target):  # refused by the export anyway: not offered to be replaced first
-            summary.update(plain(f"{target} is a DuckDB database (a store?): choose another file"))
+            self._say(f"{target} is a DuckDB database (a store?): choose another file")
             return
         if target.is_file() and asked != str(target.resolve()):  # one key press replaced an earlier export
             self._replacing = str(target.resolve())
-            summary.update(plain(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)"))
+            self._say(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)")
             return
-        summary.update(plain(f"exporting to {request.out} …"))
+        self.query_one("#export-summary", Static).update(plain(f"exporting to {request.out} …"))
         self.running = True
         self._export(request)
+
+    def _say(self, text: str) -> None:
+        """Why ctrl+s wrote nothing, in the summary line and as a notification: at 80x24 the summary lies below the
+        dialog's visible part, and a second ctrl+s replaced a file after a warning nobody saw."""
+        self.query_one("#export-summary", Static).update(plain(text))
+        self.app.notify(text, title="export", severity="warning", markup=False, timeout=4)
 
     @on(Input.Submitted)
     def _submitted(self) -> None:
@@ -209,13 +214,13 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         self.app.notify(first, title="export", markup=False)
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        self.running = False
+        self.running = False  # the app says it too (a falsy answer forwards the failure)
         self.query_one("#export-summary", Static).update(plain(failure_text(error)))
 
     def action_cancel(self) -> None:
         if self.running:  # closed, the export wrote on unseen (29 s of a 100,000-sample store) and said nothing
-            self.query_one("#export-summary", Static).update(
-                "the export is still writing (it cannot stop halfway): its summary shows here when it ends, then Esc closes"
+            self._say(
+                "the export is still writing (it cannot stop halfway): its summary shows when it ends, then Esc closes"
             )
             return
         self.dismiss(None)

@@ -526,6 +526,9 @@ class InspectScreen(Screen[None]):
                     classes[i] = CLASS_INDEX[HEAT_CLASSES[level]]
         self.served.set_token_classes(classes)
         self.query_one("#served-label", Label).update(self._served_label())
+        why = heat_unavailable(self.data.capture, self.heat) if levels is None else None
+        if why is not None:  # the label alone, cut at 80 columns, said nothing
+            self.notify(f"{HEAT_LABELS[self.heat]}: {why} (h again: the next)", timeout=2, markup=False)
 
     def action_focus_findings(self) -> None:
         self.query_one("#findings", OptionList).focus()

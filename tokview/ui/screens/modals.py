@@ -125,13 +125,29 @@ class TagEdit:
     remove: str | None = None
 
 
+class TagInputError(ValueError):
+    """Typed tags the dialog cannot act on as one step (said under the input; the dialog stays open)."""
+
+
 def parse_tags(text: str) -> TagEdit | None:
-    """`math, long` adds both; `-math` takes math off (one at a time); nothing typed: None."""
+    """`math, long` adds both (once each, as the store compares them: without case); `-math` takes math off; nothing
+    typed: None. Adds and a removal together, or two removals, are refused (TagInputError): one entry is one action,
+    which `u` takes back whole, and the rest of such an entry was dropped without a word."""
+    from tokview.store.queries import sql_lower
+
     parts = [t.strip() for t in text.split(",") if t.strip()]
-    removed = [t[1:].strip() for t in parts if t.startswith("-") and t[1:].strip()]
+    removed = [t[1:].strip() for t in parts if t.startswith("-")]
+    added: list[str] = []
+    for tag in (t for t in parts if not t.startswith("-")):
+        if sql_lower(tag) not in {sql_lower(a) for a in added}:
+            added.append(tag)
+    if removed and added:
+        raise TagInputError("add tags or take one off, not both in one entry")
+    if len(removed) > 1:
+        raise TagInputError("take off one tag at a time")
     if removed:
-        return TagEdit(remove=removed[0])
-    return TagEdit(add=parts) if parts else None
+        return TagEdit(remove=removed[0]) if removed[0] else None
+    return TagEdit(add=added) if added else None
 
 
 class TagDialog(ModalScreen[TagEdit | None]):
@@ -176,7 +192,13 @@ class TagDialog(ModalScreen[TagEdit | None]):
 
     @on(Input.Submitted, "#modal-input")
     def _typed(self, event: Input.Submitted) -> None:
-        self.dismiss(parse_tags(event.value))
+        try:
+            edit = parse_tags(event.value)
+        except TagInputError as exc:
+            self.app.bell()
+            self.notify(str(exc), severity="warning", timeout=3)
+            return
+        self.dismiss(edit)
 
     @on(OptionList.OptionSelected, "#tag-options")
     def _picked(self, event: OptionList.OptionSelected) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
@@ -349,6 +350,19 @@ class SessionTurnsScreen(_LivePolling):
             return None
         sample_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return next((r.sample_id for r in self.rows if r.sample_id == sample_id and not r.failed), None)
+
+    def next_pending(self) -> bool:
+        """Move the cursor to the next turn below it that nobody has reviewed (`]` here, as on the list); False when
+        none follows (it did nothing at all on this screen, though the keys table lists it here)."""
+        table = self._table()
+        by_id = {r.sample_id: r for r in self.rows}
+        for row_index in range(table.cursor_row + 1, table.row_count):
+            key = table.coordinate_to_cell_key(Coordinate(row_index, 0)).row_key.value
+            turn = by_id.get(str(key))
+            if turn is not None and not turn.failed and turn.status == "pending":
+                table.move_cursor(row=row_index)
+                return True
+        return False
 
     def action_open(self) -> None:
         table = self._table()
