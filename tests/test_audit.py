@@ -540,3 +540,31 @@ def test_a_mask_over_the_prompt_or_a_second_stop_and_a_text_of_other_ids_are_sai
     assert "output_past_stop" in codes["all"] and "output_past_stop" in codes["twice"]
     assert report.invalid == 2 and report.text_differs == [4]
     assert "1 rows hold a `text` that is not their input_ids decoded (line 4)" in report.render()
+
+
+def test_reasoning_audited_with_thinking_off_is_said_not_blamed_on_a_servers_parser(tmp_path):
+    """`--no-thinking` on rows that carry reasoning: the reasoning was in no id, and `parser_split_mismatch` said
+    "the server split reasoning/content" of a dataset no server made."""
+    rows = [
+        {
+            "id": "reasons",
+            "conversations": [
+                {"role": "user", "content": "what is the answer"},
+                {
+                    "role": "assistant",
+                    "content": "The answer is forty - two",
+                    "reasoning_content": "Okay , let me think",
+                },
+            ],
+        },
+        {
+            "id": "plain",
+            "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}],
+        },
+    ]
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "off.jsonl", rows), tokenizer=kimi(), profile=profile(), thinking=False)
+        codes = _codes(store, "audit-off")
+    assert report.reasoning_dropped == [1]
+    assert "1 rows carry reasoning, audited with thinking off: no ids hold it (line 1)" in report.render()
+    assert "parser_split_mismatch" not in codes["reasons"], codes

@@ -48,6 +48,9 @@ class AuditReport:
     """Samples of an earlier audit of the dataset that were reviewed and whose ids changed: pending again."""
     masked_tails: int = 0
     """Rows whose ids go on, masked, after their last supervised id: left out of the samples (`masked_tail`)."""
+    reasoning_dropped: list[int] = field(default_factory=list)
+    """Lines of conversation rows whose last answer carries reasoning, audited with thinking off (`--no-thinking`):
+    the thinking-off render has no place for it, so it is in none of the audited ids."""
     text_differs: list[int] = field(default_factory=list)
     """Lines of speculators rows whose `text` is not their `input_ids` decoded (`text_of_ids_differs`)."""
 
@@ -59,6 +62,12 @@ class AuditReport:
         if self.masked_tails:
             lines.append(
                 f"  {self.masked_tails} rows mask ids after their last supervised id: left out (no answer holds them)"
+            )
+        if self.reasoning_dropped:
+            lines.append(
+                f"  {len(self.reasoning_dropped)} rows carry reasoning, audited with thinking off: no ids hold it (line "
+                f"{', '.join(map(str, self.reasoning_dropped[:5]))}{', …' if len(self.reasoning_dropped) > 5 else ''});"
+                " a thinking-off render drops it, so audit such a dataset with thinking on"
             )
         if self.text_differs:
             lines.append(
@@ -438,6 +447,9 @@ def _audit_rows(
                 _check_size(row, limit)
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index, turns = 0, [(turn, capture)]
+                if capture.thinking is False and (capture.reasoning or "").strip():
+                    report.reasoning_dropped.append(n)
+                    capture.reasoning = None  # in no id: compared with the ids, it blamed a server's parser
         except (TokviewError, ValueError, KeyError, TypeError) as exc:
             text = str(exc)
             report.bad_rows.append(text if text.startswith("line ") else f"line {n}: {text}")
