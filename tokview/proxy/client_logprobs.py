@@ -27,12 +27,16 @@ def client_logprobs(
     """The capture's logprob fields from the client's own request for them; {} when it asked for none or they
     cannot be lined up with the ids."""
     asked = settings.get("logprobs")
+    if asked is None or asked is False:  # most requests: nothing read (the recorder's hot path)
+        return {}
+    if endpoint == CHAT and as_pydantic_bool(asked) is not True:
+        return {}
+    if endpoint != CHAT and (type(asked) is not int or asked < 0):
+        return {}
     chunks = answer if stream and isinstance(answer, list) else [answer]
     choices = [_first_choice(c) for c in chunks]
     try:
         if endpoint == CHAT:
-            if as_pydantic_bool(asked) is not True:
-                return {}
             content = _joined(choices, "content")
             if content is None:
                 return {}
@@ -43,8 +47,6 @@ def client_logprobs(
                     [e.get("logprob") if isinstance(e, dict) else None for e in content], output_ids
                 )
         else:
-            if type(asked) is not int or asked < 0:
-                return {}
             merged = {
                 "token_logprobs": _joined(choices, "token_logprobs"),
                 "top_logprobs": _joined(choices, "top_logprobs"),
