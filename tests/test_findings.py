@@ -752,3 +752,8 @@ def test_an_echoed_prompt_tail_holding_its_stop_is_said_once_as_the_echo(fam):
         fam.tok,
     )
     assert "output_prefix_overlap" in analysis.codes and "output_past_stop" not in analysis.codes
+    # a stop past the echoed tail is still the output's own: said
+    tail = fam.prompt[-3:]
+    out = tail + fam.output() + fam.answer + [fam.p.stop_ids[0]]
+    both = analyze(fam.capture(output_ids=out, usage={"completion_tokens": len(out) - 3}), fam.profile, fam.tok)
+    assert {"output_prefix_overlap", "output_past_stop"} <= set(both.codes)

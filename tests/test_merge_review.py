@@ -172,6 +172,24 @@ def test_an_untag_on_a_copy_adds_no_second_note_and_a_verdicts_note_comes_across
     assert second.status == "approved" and second.notes == ["see the tool call"] and second.tags == ["tools"]
 
 
+def test_tags_a_later_verdict_replaced_on_the_copy_stay_gone(tmp_path, original, capsys):
+    """The copy rejected a sample tagged `tools`, then approved it without: its tags were []. Brought as a note,
+    the replaced verdict's tag came back for good."""
+    sample_id = ids(original)[0]
+    copy = tmp_path / "bob.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        store.record_verdict(sample_id, "rejected", who="bob", tags=["tools"])
+        store.record_verdict(sample_id, "approved", who="bob")
+        assert store.load_sample(sample_id).tags == []
+    with Store(original) as store:
+        store.record_verdict(sample_id, "approved", who="alice")
+    said = merge(copy, original, capsys)
+    assert "notes and tags" not in said, said
+    with Store(original) as store:
+        assert store.load_sample(sample_id).tags == []
+
+
 def test_an_older_copy_never_takes_back_review_done_here(tmp_path, original, capsys):
     sample_id = ids(original)[0]
     copy = tmp_path / "copy.duckdb"

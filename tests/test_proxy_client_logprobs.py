@@ -40,4 +40,6 @@ def test_nothing_asked_or_a_broken_value_keeps_none() -> None:
     completion = {"choices": [{"index": 0, "logprobs": {"token_logprobs": [-0.25], "top_logprobs": [{"x": -0.25}]}}]}
     got = client_logprobs("completions", completion, stream=False, settings={"logprobs": 1}, output_ids=[4])
     assert got["output_logprobs"] == [-0.25] and got["output_top_ids"] is None
-    assert client_logprobs("completions", completion, stream=False, settings={"logprobs": True}, output_ids=[4]) == {}
+    lax = client_logprobs("completions", completion, stream=False, settings={"logprobs": True}, output_ids=[4])
+    assert lax["output_logprobs"] == [-0.25]  # `true` is 1 to the servers' pydantic
+    assert client_logprobs("completions", completion, stream=False, settings={"logprobs": -1}, output_ids=[4]) == {}

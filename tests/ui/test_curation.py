@@ -269,6 +269,7 @@ async def test_taking_off_a_tag_the_sample_lacks_records_nothing_and_u_keeps_the
         with pytest.raises(TagInputError, match=why):
             parse_tags(typed)
     assert parse_tags("Foo, foo,FOO ,bar").add == ["Foo", "bar"]
+    assert parse_tags("-, a").add == ["a"] and parse_tags("-a, -A").remove == "a" and parse_tags(" - ") is None
 
 
 async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, tokenizer, profile):

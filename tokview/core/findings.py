@@ -469,7 +469,8 @@ def output_past_stop(ctx: Context) -> Hit | None:
     after = out[at + 1 :]
     if ctx.tokenizer is not None and set(after).isdisjoint(stops) and not ctx.tokenizer.decode(after).strip():
         return None  # the template's newline after its end of turn (SpecForge's ChatML `<|im_end|>\n`): no answer
-    if output_prefix_overlap(ctx) is not None:
+    echoed = output_prefix_overlap(ctx)
+    if echoed is not None and at < len(echoed.positions):
         return None  # the prompt's tail echoed (SGLang #17240), its stop included: that finding says what happened
     asked = " (the request asked for ignore_eos)" if ctx.capture.settings.get("ignore_eos") is True else ""
     return Hit.at(

@@ -31,8 +31,10 @@ def client_logprobs(
         return {}
     if endpoint == CHAT and as_pydantic_bool(asked) is not True:
         return {}
-    if endpoint != CHAT and (type(asked) is not int or asked < 0):
-        return {}
+    if endpoint != CHAT:
+        asked = _as_count(asked)
+        if asked is None:
+            return {}
     chunks = answer if stream and isinstance(answer, list) else [answer]
     choices = [_first_choice(c) for c in chunks]
     try:
@@ -58,6 +60,18 @@ def client_logprobs(
     except lp.LogprobShapeError:  # NaN, or not numbers at all: the answer's own trouble, never the sample's
         return {}
     return logprob_fields(found) if found is not None else {}
+
+
+def _as_count(value: object) -> int | None:
+    """Completions' `logprobs` as the servers' pydantic reads an int in its lax mode (`true` is 1, `"2"` is 2, `2.0`
+    is 2); None for anything else, or below 0."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if type(value) is int and value >= 0 else None
 
 
 def _first_choice(chunk: object) -> dict[str, Any]:

@@ -133,7 +133,8 @@ def _take_notes(conn: duckdb.DuckDBPyConnection) -> int:
     review as note rows (samples given some). Why: a verdict is one or the other, but a note or a tag is not in
     conflict with anything, and a second reviewer's were dropped without a word when the two histories diverged
     (only another status was said). Only the source's live rows past the history both share that carry a note or
-    tags (a note row, or a verdict written with them: its note and tags, not its status), and only those this store
+    tags (a note row, or the source's latest verdict written with them: its note and tags, not its status; an
+    earlier verdict's tags were replaced there, and brought as a note they came back for good), and only those this store
     holds no row of yet by sample, time, author and kind: an untag rewrites a row with the same time and a tag fewer,
     and that rewrite was added as a second copy of the note; merging the same source again adds nothing."""
     rows = conn.execute(
@@ -157,7 +158,8 @@ def _take_notes(conn: duckdb.DuckDBPyConnection) -> int:
         'CREATE OR REPLACE TEMP TABLE _merge_notes AS SELECT s.sample_id, s."at", s.who, s.note, s.tags, s.seq '
         f"FROM (SELECT v.*, {numbered} AS n FROM src.verdicts v WHERE sample_id IN (SELECT sample_id FROM _merge_past)) "
         "s JOIN _merge_past p USING (sample_id) WHERE s.n > p.shared AND NOT s.undone AND (s.kind = 'note' OR "
-        "(s.kind = 'verdict' AND (coalesce(s.note, '') <> '' OR coalesce(len(s.tags), 0) > 0))) "
+        "(s.kind = 'verdict' AND (coalesce(s.note, '') <> '' OR coalesce(len(s.tags), 0) > 0) AND s.seq = (SELECT "
+        "max(v.seq) FROM src.verdicts v WHERE v.sample_id = s.sample_id AND v.kind = 'verdict' AND NOT v.undone))) "
         'AND NOT EXISTS (SELECT 1 FROM main.verdicts m WHERE m.sample_id = s.sample_id AND m."at" = s."at" '
         "AND m.who IS NOT DISTINCT FROM s.who AND m.kind IN ('note', s.kind))"
     )

@@ -164,19 +164,19 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
             self.query_one(f"#compare-{view.id.split('-')[1]}-label", Label).update(plain(label))  # type: ignore[union-attr]
         self.action_first_divergence()
 
-    _jump: tuple[int, int] = (0, 0)
-    """(the first divergence, how many of its own cursor moves are still to be handled): those moved both panes at
-    once, and the shorter one, clamped to its end, pulled the other back a position with it (the title said 52, the
-    line below 51)."""
+    _jump: tuple[int, int, int] | None = None
+    """(the first divergence, where it put the left and the right cursor): its own moves of both panes, handled after
+    it, are no move to follow; the shorter pane, clamped to its end, pulled the other back a position with it (the
+    title said 52, the line below 51). Any other move leaves a cursor elsewhere, and is followed."""
 
     @on(TokenView.CursorMoved)
     def _cursor_moved(self, event: TokenView.CursorMoved) -> None:
         """The other pane follows to the same position, so the line below names both tokens there."""
-        first, pending = self._jump
-        if pending:
-            self._jump = (first, pending - 1)
-            self._show_detail(first)
+        jump = self._jump
+        if jump is not None and (self.left.cursor, self.right.cursor) == jump[1:]:
+            self._show_detail(jump[0])
             return
+        self._jump = None
         other = self.right if event.view is self.left else self.left
         if event.index < len(other.seq):
             other.cursor = event.index
@@ -199,12 +199,9 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
         if first is None:
             self.notify("the two samples have the same ids", timeout=2)
             return
-        self._jump = (first, 0)
         for view in (self.left, self.right):
-            before = view.cursor
             view.cursor = min(first, max(0, len(view.seq) - 1))
-            if view.cursor != before:  # a move posts one CursorMoved, handled after this
-                self._jump = (first, self._jump[1] + 1)
+        self._jump = (first, self.left.cursor, self.right.cursor)
         self._show_detail(first)
 
     def action_swap_pane(self) -> None:

@@ -136,17 +136,22 @@ def parse_tags(text: str) -> TagEdit | None:
     from tokview.store.queries import sql_lower
 
     parts = [t.strip() for t in text.split(",") if t.strip()]
-    removed = [t[1:].strip() for t in parts if t.startswith("-")]
-    added: list[str] = []
-    for tag in (t for t in parts if not t.startswith("-")):
-        if sql_lower(tag) not in {sql_lower(a) for a in added}:
-            added.append(tag)
+
+    def once(tags: list[str]) -> list[str]:
+        kept: list[str] = []
+        for tag in tags:
+            if tag and sql_lower(tag) not in {sql_lower(k) for k in kept}:
+                kept.append(tag)
+        return kept
+
+    removed = once([t[1:].strip() for t in parts if t.startswith("-")])  # a lone "-" names nothing
+    added = once([t for t in parts if not t.startswith("-")])
     if removed and added:
         raise TagInputError("add tags or take one off, not both in one entry")
     if len(removed) > 1:
         raise TagInputError("take off one tag at a time")
     if removed:
-        return TagEdit(remove=removed[0]) if removed[0] else None
+        return TagEdit(remove=removed[0])
     return TagEdit(add=added) if added else None
 
 
