@@ -114,3 +114,49 @@ async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface
         assert "off_policy" in [f.code for f in off.findings]
         assert (await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2), store)).skipped == 2
     assert own.prompt_ids == PROMPT_IDS
+
+
+def test_a_proxied_stream_with_logprobs_is_the_servers_own_and_its_logprobs_are_stored(
+    vllm_surface_url: str, tmp_path
+) -> None:
+    """vLLM 0.32 sends `</think>`'s chunk (an empty delta: the reasoning parser hides the id) for its logprob: the
+    proxy dropped it as a chunk only its own id flag asked for, and a harness got one entry fewer than
+    `completion_tokens`. The entries it asked for are stored with the sample, one per output id."""
+    import json
+
+    import httpx
+
+    from tokview.proxy.serve import ProxyConfig, start_proxy
+    from tokview.store import Store
+
+    body = {
+        "model": "tiny-kimi",
+        "messages": [{"role": "user", "content": "What is 6 times 7?"}],
+        "temperature": 0,
+        "max_tokens": 40,
+        "stream": True,
+        "logprobs": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    def entries(raw: bytes) -> tuple[list[float], int]:
+        chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith(b"data: {")]
+        said = [
+            e["logprob"] for c in chunks for ch in c["choices"] for e in (ch.get("logprobs") or {}).get("content") or []
+        ]
+        [usage] = [c["usage"] for c in chunks if c.get("usage")]
+        return said, usage["completion_tokens"]
+
+    direct = httpx.post(vllm_surface_url + "/v1/chat/completions", json=body, timeout=120).content
+    db = str(tmp_path / "p.duckdb")
+    config = ProxyConfig(
+        [vllm_surface_url], listen="127.0.0.1:0", db=db, tokenizer=surface_tokenizer(), profile=surface_profile()
+    )
+    with start_proxy(config) as proxy:
+        through = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=120).content
+    (mine, counted), (theirs, _) = entries(through), entries(direct)
+    assert len(mine) == counted == len(theirs), (len(mine), counted, len(theirs))
+    with Store(db) as store:
+        [(output_ids, logprobs)] = store.query("SELECT output_ids, output_logprobs FROM samples")
+    assert list(output_ids) == KIMI_CHAIN_OUTPUT
+    assert logprobs == pytest.approx(mine, abs=1e-6)
