@@ -359,3 +359,28 @@ def test_a_whole_turn_that_says_length_at_its_last_id_is_judged_whole(hfam):
     c = hfam.capture(finish_reason="length")
     assert c.output_ids[-1] == RETURN
     assert _codes(hfam, c) == {}
+
+
+PREAMBLE = (
+    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary<|message|>"
+    "Let me look that up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Paris"}<|call|>'
+)
+"""A commentary preamble before a call: vLLM's Harmony parser returns it as content."""
+
+
+def test_a_commentary_preamble_is_content_as_vllm_reads_it_in_findings_and_text_exports(hfam) -> None:
+    """The preamble was read as nothing: a text export's assistant turn dropped it, and a server's content holding it
+    read as a parser that split the channels wrong. An analysis message to a function is a call, not reasoning."""
+    from tokview.export.formats import texts_from_ids
+
+    served = _chat(hfam, PREAMBLE, reasoning="Need the weather.", content="Let me look that up.")
+    assert "harmony_split_mismatch" not in analyze(served, hfam.profile, hfam.tok).codes
+    texts = texts_from_ids(served, hfam.profile, hfam.tok)
+    assert (texts.reasoning, texts.content) == ("Need the weather.", "Let me look that up.")
+    twice = AFTER_FINAL.replace("<|channel|>final<|message|>42.<|end|>", "<|channel|>final<|message|>41.<|end|>")
+    for glue in ("\n", ""):  # vLLM joins a side's messages by a newline, SGLang and the simulator by nothing
+        joined = _chat(hfam, twice, reasoning="Hmm.", content=glue.join(["41.", "42."]))
+        assert "harmony_split_mismatch" not in analyze(joined, hfam.profile, hfam.tok).codes, glue
+    to_function = _chat(hfam, RECIPIENT_ON_ANALYSIS, reasoning="", content="")
+    assert "harmony_split_mismatch" not in analyze(to_function, hfam.profile, hfam.tok).codes

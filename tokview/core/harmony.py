@@ -160,3 +160,21 @@ def function_name(recipient: str | None) -> str:
     """The tool's name as the OpenAI `tool_calls` give it: `functions.get_weather` → `get_weather`."""
     name = recipient or ""
     return name.removeprefix("functions.")
+
+
+def text_bodies(messages: Sequence[HarmonyMessage]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(the bodies read as reasoning, the bodies read as content), in order, as vLLM's Harmony parser sorts the
+    messages (`parser/harmony.py`, 0.32): a message to a function is a call, never text; the analysis channel is
+    reasoning; the final channel and a commentary with no recipient (a preamble before a call: "Let me look that
+    up.") are content. vLLM joins each side's messages with a newline. The preamble was read as nothing: a text
+    export dropped it, and a server's content holding it read as a parser's mistake."""
+    reasoning: list[tuple[int, int]] = []
+    content: list[tuple[int, int]] = []
+    for m in messages:
+        if m.recipient_ids[:1] == (FUNCTIONS_ID,):
+            continue
+        if m.channel == "analysis":
+            reasoning.append(m.body)
+        elif m.channel == "final" or (m.channel == "commentary" and not m.recipient_ids):
+            content.append(m.body)
+    return reasoning, content

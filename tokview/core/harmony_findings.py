@@ -11,7 +11,16 @@ import weakref
 from typing import TYPE_CHECKING
 
 from tokview.core.finding_rules import CHAT_ENDPOINTS, ERROR, WARN, Hit, rule
-from tokview.core.harmony import CALL, END, END_NAMES, FUNCTIONS_ID, RETURN, HarmonyMessage, parse_harmony
+from tokview.core.harmony import (
+    CALL,
+    END,
+    END_NAMES,
+    FUNCTIONS_ID,
+    RETURN,
+    HarmonyMessage,
+    parse_harmony,
+    text_bodies,
+)
 from tokview.core.profiles import HARMONY
 
 if TYPE_CHECKING:
@@ -164,14 +173,17 @@ def harmony_wrong_end_token(ctx: Context) -> Hit | None:
     )
 
 
-def channel_texts(ctx: Context, messages: list[HarmonyMessage]) -> tuple[str, str] | None:
-    """(analysis text, final text) decoded from the ids, as vLLM's openai_gptoss parser returns them."""
+def channel_texts(ctx: Context, messages: list[HarmonyMessage]) -> list[tuple[str, str]] | None:
+    """(reasoning text, content text) decoded from the ids as a server's Harmony parser returns them
+    (`harmony.text_bodies`), each message's text joined by a newline (vLLM) or by nothing (SGLang, the simulator):
+    either is the server's reading of these ids. A call's arguments are neither (an analysis message to a function
+    was counted as reasoning text)."""
     tok = ctx.tokenizer
     if tok is None:
         return None
-    analysis = "".join(tok.decode(ctx.output[m.body[0] : m.body[1]]) for m in messages if m.channel == "analysis")
-    final = "".join(tok.decode(ctx.output[m.body[0] : m.body[1]]) for m in messages if m.channel == "final")
-    return analysis.strip(), final.strip()
+    reasoning, content = text_bodies(messages)
+    parts = [[tok.decode(ctx.output[a:b]) for a, b in side] for side in (reasoning, content)]
+    return [(glue.join(parts[0]).strip(), glue.join(parts[1]).strip()) for glue in ("\n", "")]
 
 
 @rule(
@@ -186,10 +198,11 @@ def harmony_split_mismatch(ctx: Context) -> Hit | None:
         return None
     if ctx.paths_diverge:
         return None  # the text fields describe another generation: dual_divergence says so
-    texts = channel_texts(ctx, messages)
+    readings = channel_texts(ctx, messages)
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
-    if texts is None or got == texts:
+    if readings is None or got in readings:
         return None
+    texts = readings[0]
     finals = [m for m in messages if m.channel == "final"]
     at = finals[0].start if finals else messages[0].start
     return Hit.at(

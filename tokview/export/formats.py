@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from tokview.core import segments as seg
-from tokview.core.harmony import calls_of, function_name, parse_harmony
+from tokview.core.harmony import calls_of, function_name, parse_harmony, text_bodies
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
 from tokview.core.served_messages import messages_as_served
@@ -98,18 +98,17 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Tokenizer
 
 
 def _harmony_texts(capture: Capture, tokenizer: TokenizerAdapter) -> Texts:
-    """A Harmony output's analysis channel as the reasoning and its final channel as the answer (what vLLM's
-    openai_gptoss parser returns as `reasoning` / `content`), decoded from the ids; calls are neither. Read as think
+    """A Harmony output's analysis channel as the reasoning and its final channel (and a commentary preamble) as the
+    answer (what vLLM's Harmony parser returns as `reasoning` / `content`: `core.harmony.text_bodies`), decoded from
+    the ids; calls are neither. Read as think
     tags, a gpt-oss output has no answer at all: its rows were written with an empty assistant turn."""
     output = list(capture.output_ids)
-    messages = parse_harmony(output)
+    reasoning, content = text_bodies(parse_harmony(output))
 
-    def text_of(channel: str) -> str:  # one message's text per line, as vLLM joins them; calls are not text
-        bodies = [m.body for m in messages if m.channel == channel and not m.recipient_ids]
+    def text_of(bodies: list[tuple[int, int]]) -> str:  # one message's text per line, as vLLM joins them
         return "\n".join(tokenizer.decode(output[start:end]) for start, end in bodies)
 
-    analysed = any(m.channel == "analysis" and not m.recipient_ids for m in messages)
-    return Texts(text_of("analysis") if analysed else None, text_of("final"))
+    return Texts(text_of(reasoning) if reasoning else None, text_of(content))
 
 
 def endpoint_url(capture: Capture) -> str:
