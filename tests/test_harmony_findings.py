@@ -384,3 +384,18 @@ def test_a_commentary_preamble_is_content_as_vllm_reads_it_in_findings_and_text_
         assert "harmony_split_mismatch" not in analyze(joined, hfam.profile, hfam.tok).codes, glue
     to_function = _chat(hfam, RECIPIENT_ON_ANALYSIS, reasoning="", content="")
     assert "harmony_split_mismatch" not in analyze(to_function, hfam.profile, hfam.tok).codes
+
+
+def test_call_arguments_the_server_read_whole_or_that_are_no_object_are_said_so(hfam) -> None:
+    """A stream that lost ids left a call's arguments broken on the ids while the server returned it whole: the
+    finding blamed the server's tool parser. Arguments that are JSON but no object (`[1, 2]`) were said nothing of."""
+    returned = [{"id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    served = hfam.capture(
+        BAD_JSON, endpoint="vllm-chat", reasoning="Need the weather.", content="", tool_calls=returned
+    )
+    lost = analyze(served, hfam.profile, hfam.tok)
+    hit = next(f for f in lost.findings if f.code == "harmony_tool_json_invalid")
+    assert "Yet the server returned this call" in hit.detail and "drops or rejects" not in hit.detail
+    array = analyze(hfam.capture(CALLING.replace('{"city": "Paris"}', "[1, 2]")), hfam.profile, hfam.tok)
+    hit = next(f for f in array.findings if f.code == "harmony_tool_json_invalid")
+    assert hit.severity == "warn" and "not an object (list" in hit.detail

@@ -18,6 +18,7 @@ from tokview.core.harmony import (
     FUNCTIONS_ID,
     RETURN,
     HarmonyMessage,
+    function_name,
     parse_harmony,
     text_bodies,
 )
@@ -129,16 +130,46 @@ def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
         if not m.recipient_ids or m.end_id != CALL or m.recipient == "python":
             continue  # (the python tool's arguments are its code, not JSON)
         text = tok.decode(ctx.output[m.body[0] : m.body[1]])
+        at = _abs(ctx, m.body[0] if m.body[1] > m.body[0] else m.header_end)
         try:
-            json.loads(text)  # a UnicodeDecodeError cannot happen: the text is decoded already
+            value = json.loads(text)  # a UnicodeDecodeError cannot happen: the text is decoded already
         except RecursionError:  # JSON nested deeper than Python's json reads: not a call it can judge
             continue
         except json.JSONDecodeError as exc:
+            said = f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are not JSON ({exc.msg} at "
+            said += f"character {exc.pos}): {text[:80]!r}."
+            returned = _returned_whole(ctx, m.recipient)
+            if returned is not None:  # the parser read a whole call: not off these ids (a stream that lost some)
+                return Hit.at(
+                    f"{said} Yet the server returned this call with arguments {returned[:60]!r}: its parser read other "
+                    "ids than came back (a stream that lost ids on the way?); these ids would train the drafter on a "
+                    "call the model never wrote.",
+                    at,
+                )
+            return Hit.at(f"{said} The server's tool parser drops or rejects it.", at)
+        if not isinstance(value, dict):  # JSON, but no arguments a function takes
             return Hit.at(
-                f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are not JSON ({exc.msg} at "
-                f"character {exc.pos}): {text[:80]!r}. The server's tool parser drops or rejects it.",
-                _abs(ctx, m.body[0] if m.body[1] > m.body[0] else m.header_end),
+                f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are JSON but not an object "
+                f"({type(value).__name__}: {text[:80]!r}): a function's arguments are an object, and the tool cannot "
+                "run it.",
+                at,
+                severity=WARN,
             )
+    return None
+
+
+def _returned_whole(ctx: Context, recipient: str | None) -> str | None:
+    """The arguments of a call to this function the server returned, when they are a JSON object."""
+    name = function_name(recipient)
+    for call in ctx.capture.tool_calls or []:
+        args = call.get("arguments")
+        if call.get("name") != name or not isinstance(args, str):
+            continue
+        try:
+            if isinstance(json.loads(args), dict):
+                return args
+        except (json.JSONDecodeError, RecursionError):
+            continue
     return None
 
 
