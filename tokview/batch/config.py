@@ -232,7 +232,9 @@ class BatchConfig:
 
         max_prompt_bytes()  # a bad TOKVIEW_MAX_PROMPT_MB too
         if self.ray is not None and importlib.util.find_spec("ray") is None:  # not after the store and the run exist
-            raise InputError("--ray needs Ray: pip install 'tokview[ray]'")
+            raise InputError(
+                "--ray needs Ray: install tokview's ray extra (pip install -e '.[ray]' in tokview's folder)"
+            )
 
     def _check_combinations(self) -> None:
         """Flags that cannot go together, refused before anything is written: each failed every row on its own (exit

@@ -8,7 +8,7 @@ A task loads the tokenizer, captures and analyses its shard against the server p
 `capture_all` and writer a local run uses) and hands the shard back as part lines; the
 driver writes each returned shard as a part and lands it in the store, so accounting, resume and
 `ok + failed + skipped == input` are exactly a local run's. Ray is an optional extra
-(`pip install 'tokview[ray]'`), imported only here.
+(`pip install -e '.[ray]'`), imported only here.
 """
 
 from __future__ import annotations
@@ -159,7 +159,9 @@ async def connect(address: str, cancel: asyncio.Event | None = None, timeout_s: 
     try:
         import ray
     except ImportError:
-        raise RayUnavailable("--ray needs Ray: pip install 'tokview[ray]'") from None
+        raise RayUnavailable(
+            "--ray needs Ray: install tokview's ray extra (pip install -e '.[ray]' in tokview's folder)"
+        ) from None
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 

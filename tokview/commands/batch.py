@@ -175,7 +175,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f"(the environment variable {MIN_PROMPTS_ENV} changes that number)",
     )
     p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
-    p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
+    p.add_argument(
+        "--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (the ray extra: pip install -e '.[ray]')"
+    )
     p.set_defaults(run=run, exit_without_teardown=True)
 
 
