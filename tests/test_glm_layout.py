@@ -28,7 +28,7 @@ def glm_tok(glm_tok_dir):
 def test_the_profiles_ids_are_the_tokenizers(glm_tok, text):
     profile = BUILTIN_PROFILES["glm-4.7"]
     named = {profile.think_open: profile.think_open_id, profile.think_close: profile.think_close_id}
-    named.update(zip(("<|endoftext|>", "<|user|>", "<|observation|>"), profile.stop_ids, strict=True))
+    named.update(zip(("<|user|>", "<|observation|>", "<|endoftext|>"), profile.stop_ids, strict=True))
     named.update({"<|assistant|>": GLM_ID["<|assistant|>"]})
     assert glm_tok.token_to_id(text) == named[text]
 

@@ -36,7 +36,7 @@ def test_sim_serves_the_glm_tokenizer_as_the_profile_named(glm_tok_dir):
         proc.wait(timeout=10)
     assert "profile glm-4.7" in banner
     assert answer["prompt_token_ids"][-2:] == [151337, 151350], "<|assistant|><think>"
-    assert answer["choices"][0]["token_ids"][-1] == 151329, "<|endoftext|>"
+    assert answer["choices"][0]["token_ids"][-1] == 151336, "<|user|>: GLM ends a turn with the next role's header"
 
 
 def test_a_profile_of_another_vocabulary_is_one_line(capsys):

@@ -442,7 +442,11 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         think_close="</think>",
         think_open_id=151350,
         think_close_id=151351,
-        stop_ids=(151329, 151336, 151338),
+        # `<|user|>` first: GLM has no end-of-turn id, its turn ends with the next role's header, which the model
+        # generates to stop (`<|observation|>` before a tool's result) and the template renders after the turn, so a
+        # chain's next prompt goes on from it; `<|endoftext|>` (what a simulated answer ended with, and what an audit
+        # and SpecForge's template were given) broke every multi-turn chain at its stop
+        stop_ids=(151336, 151338, 151329),
         prefills_opener=False,
         thinking_kwarg="enable_thinking",
         reasoning_parser="glm45",
