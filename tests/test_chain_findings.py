@@ -44,8 +44,8 @@ def test_first_difference_names_where_a_prompt_leaves_the_previous_ids():
 
 
 def test_a_break_at_the_models_stop_id_says_the_template_ends_the_turn_otherwise(kimi_tok, kimi_profile):
-    """GLM's model stopped with one end id and the history renders another: the break named `</think>` and reasoning
-    dropped, none of which happened."""
+    """A model stopped with one end id and the history renders another there (as GLM's did): the break named
+    `</think>` and reasoning dropped, none of which happened. A stop id inside the previous prompt is no such end."""
     from finding_family import Family
 
     from tokview.core.analysis import analyze
@@ -54,9 +54,12 @@ def test_a_break_at_the_models_stop_id_says_the_template_ends_the_turn_otherwise
     prompt = kimi_tok.render(question, template_kwargs={"thinking": True})
     fam = Family(kimi_tok, kimi_profile, prompt, kimi_tok.encode("Six sevens."), kimi_tok.encode("42."), question)
     stop = fam.p.stop_ids[0]
-    capture = _chain(fam, extends=False, break_at=3, previous_len=9, previous_id=stop)
+    capture = _chain(fam, extends=False, break_at=8, previous_len=9, previous_id=stop)  # its last id: the stop
     [hit] = [f for f in analyze(capture, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
     assert "ends that turn otherwise than the model did" in hit.detail and "</think>" not in hit.detail
+    inside = _chain(fam, extends=False, break_at=3, previous_len=9, previous_id=stop)  # a stop id of the prompt's
+    [hit] = [f for f in analyze(inside, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
+    assert "ends that turn otherwise" not in hit.detail
     plain = _chain(fam, extends=False, break_at=3, previous_len=9)
     [hit] = [f for f in analyze(plain, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
     assert "</think>" in hit.detail

@@ -399,3 +399,54 @@ def test_call_arguments_the_server_read_whole_or_that_are_no_object_are_said_so(
     array = analyze(hfam.capture(CALLING.replace('{"city": "Paris"}', "[1, 2]")), hfam.profile, hfam.tok)
     hit = next(f for f in array.findings if f.code == "harmony_tool_json_invalid")
     assert hit.severity == "warn" and "not an object (list" in hit.detail
+
+
+def test_a_later_broken_call_is_an_error_whatever_came_before_and_calls_match_by_place(hfam) -> None:
+    """A call taking `[1, 2]` returned its warning at once, and a broken call after it went unsaid (the sample
+    stayed valid); a broken call matched a later whole call of the same name and blamed the stream."""
+    two = CALLING.replace('{"city": "Paris"}', "[1, 2]") + BAD_JSON.split("<|end|>", 1)[1].replace(
+        "<|channel|>commentary", "<|start|>assistant<|channel|>commentary", 1
+    )
+    found = analyze(hfam.capture(two), hfam.profile, hfam.tok)
+    hit = next(f for f in found.findings if f.code == "harmony_tool_json_invalid")
+    assert hit.severity == "error" and "not JSON" in hit.detail
+    rome = CALLING.split("<|end|>", 1)[1].replace('"Paris"', '"Rome"')
+    both = BAD_JSON + "<|start|>assistant" + rome.replace("<|start|>assistant", "", 1)
+    returned = [
+        {"id": "a", "name": "get_weather", "arguments": '{"city": Paris}'},
+        {"id": "b", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+    ]
+    served = hfam.capture(both, endpoint="vllm-chat", reasoning="Need the weather.", content="", tool_calls=returned)
+    hit = next(f for f in analyze(served, hfam.profile, hfam.tok).findings if f.code == "harmony_tool_json_invalid")
+    assert "Yet the server returned" not in hit.detail and "returns them as this text" in hit.detail
+
+
+def test_empty_messages_add_no_lines_as_vllm_joins_them(hfam) -> None:
+    """vLLM joins only non-empty texts: an empty final between two gave a blank line in the export, and a healthy
+    server's content read as a mismatch."""
+    from tokview.export.formats import texts_from_ids
+
+    gaps = (
+        "<|channel|>final<|message|>41.<|end|><|start|>assistant<|channel|>final<|message|><|end|>"
+        "<|start|>assistant<|channel|>final<|message|>42.<|return|>"
+    )
+    served = _chat(hfam, gaps, reasoning="", content="41.\n42.")
+    assert "harmony_split_mismatch" not in analyze(served, hfam.profile, hfam.tok).codes
+    assert texts_from_ids(served, hfam.profile, hfam.tok).content == "41.\n42."
+
+
+def test_a_recipient_is_a_call_unless_it_is_a_builtin_tools_or_the_assistant() -> None:
+    """vLLM's chat path takes any recipient but a built-in tool's, `assistant` or a special token for a function
+    (its heuristic fallback): such a message is a call, never reasoning or content."""
+    from tokview.core.harmony import HarmonyMessage, to_function
+
+    def message(recipient: str) -> HarmonyMessage:
+        return HarmonyMessage(0, 0, (1, 2), 2, channel="analysis", recipient_ids=(1,), recipient=recipient)
+
+    assert [to_function(message(r)) for r in ("get_weather", "browser.search", "python", "assistant", "<|x|>")] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]

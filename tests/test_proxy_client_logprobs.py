@@ -42,4 +42,6 @@ def test_nothing_asked_or_a_broken_value_keeps_none() -> None:
     assert got["output_logprobs"] == [-0.25] and got["output_top_ids"] is None
     lax = client_logprobs("completions", completion, stream=False, settings={"logprobs": True}, output_ids=[4])
     assert lax["output_logprobs"] == [-0.25]  # `true` is 1 to the servers' pydantic
+    zero = client_logprobs("completions", completion, stream=False, settings={"logprobs": False}, output_ids=[4])
+    assert zero["output_logprobs"] == [-0.25] and zero["output_top_ids"] is None  # `false` is 0: the sampled ones
     assert client_logprobs("completions", completion, stream=False, settings={"logprobs": -1}, output_ids=[4]) == {}

@@ -1058,7 +1058,7 @@ def session_prefix_break(ctx: Context) -> Hit | None:
     detail = (
         f"turn {chain.get('turn')} of chain {chain.get('conversation')} does not extend turn "
         f"{chain.get('parent')}'s prompt + output ids ({chain.get('previous_len')} ids): they first differ at "
-        f"position {at} (here {here}{there}). {_rerender_causes(ctx, previous)}: a drafter trained on this turn sees "
+        f"position {at} (here {here}{there}). {_rerender_causes(ctx, previous, chain, at)}: a drafter trained on this turn sees "
         "a prompt the model never continued."
     )
     if not ctx.n_prompt:
@@ -1066,11 +1066,13 @@ def session_prefix_break(ctx: Context) -> Hit | None:
     return Hit.at(detail, [min(at, ctx.n_prompt - 1)])
 
 
-def _rerender_causes(ctx: Context, previous: object) -> str:
+def _rerender_causes(ctx: Context, previous: object, chain: JsonObject, at: int) -> str:
     """What a template's re-render of the history changes, for this model's format: the think-tag list named a
     `</think>` to a gpt-oss chain, whose break is a call's header written in another order, and to a GLM chain
     that broke where the model's stop id was rendered as another end of turn."""
-    if isinstance(previous, int) and previous in ctx.profile.stop_ids:
+    previous_len = chain.get("previous_len")
+    at_its_end = isinstance(previous_len, int) and at == previous_len - 1  # the previous turn's last id: its stop
+    if isinstance(previous, int) and previous in ctx.profile.stop_ids and at_its_end:
         return (
             f"The template ends that turn otherwise than the model did: it stopped with {id_text(ctx.tokenizer, previous)}"
             ", and the history renders another end of turn there"
@@ -1078,7 +1080,7 @@ def _rerender_causes(ctx: Context, previous: object) -> str:
     if ctx.profile.format == HARMONY:
         return (
             "The template re-rendered the history (a call's header written in another order, an analysis message "
-            "dropped, `<|call|>` or `<|return|>` rendered as `<|end|>`, arguments re-serialised)"
+            "dropped, arguments re-serialised)"
         )
     return (
         "The template re-rendered the history (reasoning dropped outside the tool loop, a `</think>` the model never "

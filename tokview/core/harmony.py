@@ -162,16 +162,34 @@ def function_name(recipient: str | None) -> str:
     return name.removeprefix("functions.")
 
 
+BUILTIN_TOOLS = ("python", "browser", "container")
+"""gpt-oss's built-in tools: a recipient of theirs (`browser.search`) is no function call (vLLM's
+`BUILTIN_TOOL_TO_MCP_SERVER_LABEL`)."""
+
+
+def to_function(m: HarmonyMessage) -> bool:
+    """Whether the message is a function call as vLLM 0.32's chat path reads its recipient (`is_function_recipient`):
+    `functions.NAME`, and any other recipient but `assistant`, a built-in tool's, or a special token (its "heuristic
+    fallback": `to=get_weather` is a call too)."""
+    if m.recipient_ids[:1] == (FUNCTIONS_ID,):
+        return True
+    name = m.recipient
+    if not name or name.startswith("<|") or name == "assistant":
+        return False
+    return name.split(".", 1)[0] not in BUILTIN_TOOLS
+
+
 def text_bodies(messages: Sequence[HarmonyMessage]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(the bodies read as reasoning, the bodies read as content), in order, as vLLM's Harmony parser sorts the
-    messages (`parser/harmony.py`, 0.32): a message to a function is a call, never text; the analysis channel is
-    reasoning; the final channel and a commentary with no recipient (a preamble before a call: "Let me look that
-    up.") are content. vLLM joins each side's messages with a newline. The preamble was read as nothing: a text
-    export dropped it, and a server's content holding it read as a parser's mistake."""
+    messages (`parser/harmony.py`, 0.32): a message to a function (`to_function`) is a call, never text; the
+    analysis channel is reasoning; the final channel and a commentary with no recipient (a preamble before a call:
+    "Let me look that up.") are content. vLLM joins each side's non-empty texts with a newline. The preamble was
+    read as nothing: a text export dropped it, and a server's content holding it read as a parser's mistake. Empty
+    bodies are left out here; a message whose text decodes empty is the caller's to drop."""
     reasoning: list[tuple[int, int]] = []
     content: list[tuple[int, int]] = []
     for m in messages:
-        if m.recipient_ids[:1] == (FUNCTIONS_ID,):
+        if to_function(m) or m.body[1] <= m.body[0]:
             continue
         if m.channel == "analysis":
             reasoning.append(m.body)

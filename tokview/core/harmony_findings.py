@@ -21,6 +21,7 @@ from tokview.core.harmony import (
     function_name,
     parse_harmony,
     text_bodies,
+    to_function,
 )
 from tokview.core.profiles import HARMONY
 
@@ -123,12 +124,16 @@ def harmony_recipient_on_analysis(ctx: Context) -> Hit | None:
 
 @rule("harmony_tool_json_invalid", ERROR, "A Harmony tool call whose arguments are not valid JSON.")
 def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
+    """Each call's arguments: not JSON is an error (the first one found), JSON that is no object a warning, said
+    only when no call's arguments are broken (a warning returned first hid a later broken call)."""
     tok = ctx.tokenizer
     if tok is None:
         return None
-    for m in _messages(ctx) or []:
-        if not m.recipient_ids or m.end_id != CALL or m.recipient == "python":
-            continue  # (the python tool's arguments are its code, not JSON)
+    not_object: Hit | None = None
+    calls = [m for m in _messages(ctx) or [] if m.recipient_ids and m.end_id == CALL and m.recipient != "python"]
+    functions = 0
+    for m in calls:  # (the python tool's arguments are its code, not JSON)
+        k, functions = functions, functions + to_function(m)  # its place among the calls a server returns
         text = tok.decode(ctx.output[m.body[0] : m.body[1]])
         at = _abs(ctx, m.body[0] if m.body[1] > m.body[0] else m.header_end)
         try:
@@ -138,7 +143,7 @@ def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
         except json.JSONDecodeError as exc:
             said = f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are not JSON ({exc.msg} at "
             said += f"character {exc.pos}): {text[:80]!r}."
-            returned = _returned_whole(ctx, m.recipient)
+            returned = _returned_whole(ctx, m.recipient, k) if to_function(m) else None
             if returned is not None:  # the parser read a whole call: not off these ids (a stream that lost some)
                 return Hit.at(
                     f"{said} Yet the server returned this call with arguments {returned[:60]!r}: its parser read other "
@@ -146,31 +151,35 @@ def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
                     "call the model never wrote.",
                     at,
                 )
-            return Hit.at(f"{said} The server's tool parser drops or rejects it.", at)
-        if not isinstance(value, dict):  # JSON, but no arguments a function takes
             return Hit.at(
+                f"{said} A server returns them as this text (vLLM 0.32) or drops the call: a harness that sends the "
+                "call back as history gets a prompt that does not extend these ids, or an error.",
+                at,
+            )
+        if not isinstance(value, dict) and not_object is None:  # JSON, but no arguments a function takes
+            not_object = Hit.at(
                 f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are JSON but not an object "
                 f"({type(value).__name__}: {text[:80]!r}): a function's arguments are an object, and the tool cannot "
                 "run it.",
                 at,
                 severity=WARN,
             )
-    return None
+    return not_object
 
 
-def _returned_whole(ctx: Context, recipient: str | None) -> str | None:
-    """The arguments of a call to this function the server returned, when they are a JSON object."""
-    name = function_name(recipient)
-    for call in ctx.capture.tool_calls or []:
-        args = call.get("arguments")
-        if call.get("name") != name or not isinstance(args, str):
-            continue
-        try:
-            if isinstance(json.loads(args), dict):
-                return args
-        except (json.JSONDecodeError, RecursionError):
-            continue
-    return None
+def _returned_whole(ctx: Context, recipient: str | None, k: int) -> str | None:
+    """The arguments of the server's k-th returned call, when it calls this function with a JSON object: matched by
+    position, as the calls come back in order (by name alone, a broken call was taken for a later one's)."""
+    returned = ctx.capture.tool_calls or []
+    if k >= len(returned):
+        return None
+    call, args = returned[k], returned[k].get("arguments")
+    if call.get("name") != function_name(recipient) or not isinstance(args, str):
+        return None
+    try:
+        return args if isinstance(json.loads(args), dict) else None
+    except (json.JSONDecodeError, RecursionError):
+        return None
 
 
 def _due_end(m: HarmonyMessage, last: bool) -> int:
@@ -213,7 +222,7 @@ def channel_texts(ctx: Context, messages: list[HarmonyMessage]) -> list[tuple[st
     if tok is None:
         return None
     reasoning, content = text_bodies(messages)
-    parts = [[tok.decode(ctx.output[a:b]) for a, b in side] for side in (reasoning, content)]
+    parts = [[t for t in (tok.decode(ctx.output[a:b]) for a, b in side) if t] for side in (reasoning, content)]
     return [(glue.join(parts[0]).strip(), glue.join(parts[1]).strip()) for glue in ("\n", "")]
 
 

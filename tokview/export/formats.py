@@ -103,12 +103,13 @@ def _harmony_texts(capture: Capture, tokenizer: TokenizerAdapter) -> Texts:
     the ids; calls are neither. Read as think
     tags, a gpt-oss output has no answer at all: its rows were written with an empty assistant turn."""
     output = list(capture.output_ids)
-    reasoning, content = text_bodies(parse_harmony(output))
+    reasoning, content = text_bodies(parse_harmony(output, tokenizer))
 
-    def text_of(bodies: list[tuple[int, int]]) -> str:  # one message's text per line, as vLLM joins them
-        return "\n".join(tokenizer.decode(output[start:end]) for start, end in bodies)
+    def text_of(bodies: list[tuple[int, int]]) -> str:  # each message's text per line, as vLLM joins them
+        return "\n".join(t for t in (tokenizer.decode(output[start:end]) for start, end in bodies) if t)
 
-    return Texts(text_of(reasoning) if reasoning else None, text_of(content))
+    said = text_of(reasoning)
+    return Texts(said if said else None, text_of(content))
 
 
 def endpoint_url(capture: Capture) -> str:

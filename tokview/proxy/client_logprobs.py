@@ -27,7 +27,7 @@ def client_logprobs(
     """The capture's logprob fields from the client's own request for them; {} when it asked for none or they
     cannot be lined up with the ids."""
     asked = settings.get("logprobs")
-    if asked is None or asked is False:  # most requests: nothing read (the recorder's hot path)
+    if asked is None:  # most requests: nothing read (the recorder's hot path)
         return {}
     if endpoint == CHAT and as_pydantic_bool(asked) is not True:
         return {}
