@@ -65,15 +65,15 @@ class AuditReport:
             )
         if self.reasoning_dropped:
             lines.append(
-                f"  {len(self.reasoning_dropped)} rows carry reasoning, audited with thinking off: no ids hold it (line "
-                f"{', '.join(map(str, self.reasoning_dropped[:5]))}{', …' if len(self.reasoning_dropped) > 5 else ''});"
-                " a thinking-off render drops it, so audit such a dataset with thinking on"
+                f"  {len(self.reasoning_dropped)} rows carry reasoning, audited with thinking off: no ids hold it "
+                f"({_first_lines(self.reasoning_dropped)}); a thinking-off render drops it, so audit such a dataset "
+                "with thinking on"
             )
         if self.text_differs:
             lines.append(
-                f"  {len(self.text_differs)} rows hold a `text` that is not their input_ids decoded (line "
-                f"{', '.join(map(str, self.text_differs[:5]))}{', …' if len(self.text_differs) > 5 else ''}): a "
-                "trainer that re-tokenizes `text` (SpecForge's is_preformatted) trains on other ids than audited"
+                f"  {len(self.text_differs)} rows hold a `text` that is not their input_ids decoded "
+                f"({_first_lines(self.text_differs)}): a trainer that re-tokenizes `text` (SpecForge's is_preformatted) "
+                "trains on other ids than audited"
             )
         if self.review_reset:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
@@ -124,6 +124,11 @@ def _as_json(value: Any) -> str:
     except (TypeError, ValueError):  # a Parquet value JSON has no spelling for
         text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _first_lines(numbers: list[int], shown: int = 5) -> str:
+    """`line 3, 7, 9, …`: the first lines of a report's list."""
+    return "line " + ", ".join(map(str, numbers[:shown])) + (", …" if len(numbers) > shown else "")
 
 
 def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | None, Capture]]]:

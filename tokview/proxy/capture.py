@@ -224,7 +224,8 @@ def build_capture(
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
         how = "the sglext ids" if id_fields(kind, stream, endpoint) == SGLEXT_FLAGS else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
-    fields.update(client_logprobs(endpoint, answer, stream=stream, settings=settings, output_ids=fields["output_ids"]))
+    chat = endpoint == CHAT
+    fields.update(client_logprobs(answer, chat=chat, stream=stream, settings=settings, output_ids=fields["output_ids"]))
     return Capture(
         **fields,
         settings=settings,

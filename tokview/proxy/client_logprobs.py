@@ -16,29 +16,28 @@ from typing import Any
 
 from tokview.core import logprobs as lp
 from tokview.core.json_value import as_pydantic_bool
-from tokview.servers.shapes import logprob_fields
-
-CHAT = "chat"
+from tokview.servers.shapes import first_choice, logprob_fields
 
 
 def client_logprobs(
-    endpoint: str, answer: object, *, stream: bool, settings: dict[str, Any], output_ids: list[int]
+    answer: object, *, chat: bool, stream: bool, settings: dict[str, Any], output_ids: list[int]
 ) -> dict[str, Any]:
-    """The capture's logprob fields from the client's own request for them; {} when it asked for none or they
-    cannot be lined up with the ids."""
+    """The capture's logprob fields from the client's own request for them (`chat`: the chat endpoint's, else
+    completions'); {} when it asked for none or they cannot be lined up with the ids. `answer` holds one choice (the
+    recorder's `choice_view` of an `n` > 1 answer)."""
     asked = settings.get("logprobs")
     if asked is None:  # most requests: nothing read (the recorder's hot path)
         return {}
-    if endpoint == CHAT and as_pydantic_bool(asked) is not True:
+    if chat and as_pydantic_bool(asked) is not True:
         return {}
-    if endpoint != CHAT:
+    if not chat:
         asked = _as_count(asked)
         if asked is None:
             return {}
     chunks = answer if stream and isinstance(answer, list) else [answer]
-    choices = [_first_choice(c) for c in chunks]
+    choices = [first_choice(c) for c in chunks]
     try:
-        if endpoint == CHAT:
+        if chat:
             content = _joined(choices, "content")
             if content is None:
                 return {}
@@ -72,14 +71,6 @@ def _as_count(value: object) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     return value if type(value) is int and value >= 0 else None
-
-
-def _first_choice(chunk: object) -> dict[str, Any]:
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    for choice in choices if isinstance(choices, list) else ():
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
-            return choice
-    return {}
 
 
 def _joined(choices: list[dict[str, Any]], key: str) -> list[Any] | None:
