@@ -41,6 +41,7 @@ from tokview.store.export_rows import (
 )
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import clipped, printable_line
+from tokview.wording import first_of
 
 if TYPE_CHECKING:
     from tokview.servers import ServerPool
@@ -154,7 +155,7 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     if config.run is not None:
         known = [r["run_id"] for r in store.runs()]
         if config.run not in known:
-            shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
+            shown = first_of(known, 10)
             raise InputError(f"no run {config.run!r} in {store.path} (runs: {shown or 'none'})")
     return score_candidates(store, Selection(config.select, config.run), config.limit)
 

@@ -15,6 +15,7 @@ from tokview.commands.vocabulary_check import refuse_another_vocabulary
 from tokview.core.json_value import strict_json
 from tokview.errors import UserError
 from tokview.untrusted_text import from_printed, has_lone_surrogate, printable, printable_line
+from tokview.wording import first_of
 
 if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
@@ -75,7 +76,7 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
 
 def _first_few(sample_ids: list[str]) -> str:
     """The first five ids, printable, then `…` when there are more."""
-    return ", ".join(printable_line(n) for n in sample_ids[:5]) + (", …" if len(sample_ids) > 5 else "")
+    return first_of([printable_line(n) for n in sample_ids])
 
 
 def _row_id_parses(given: str) -> list[tuple[str, int | None, int, str | None]]:

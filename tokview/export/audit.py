@@ -33,6 +33,7 @@ from tokview.errors import TokviewError, UserError, first_line
 from tokview.export.rerender import with_tools
 from tokview.store import Store
 from tokview.untrusted_text import has_lone_surrogate, printable_line, storable
+from tokview.wording import first_of
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _as_json(value: Any) -> str:
 
 def _first_lines(numbers: list[int], shown: int = 5) -> str:
     """`line 3, 7, 9, …`: the first lines of a report's list."""
-    return "line " + ", ".join(map(str, numbers[:shown])) + (", …" if len(numbers) > shown else "")
+    return "line " + first_of([str(n) for n in numbers], shown)
 
 
 def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | None, Capture]]]:

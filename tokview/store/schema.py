@@ -15,6 +15,7 @@ from tokview.errors import TokviewError
 from tokview.store.connection import transaction
 from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
 from tokview.store.tool_call_text import fill_tool_calls_text
+from tokview.wording import first_of
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -242,7 +243,7 @@ def refuse_foreign(conn: DuckDBPyConnection, path: str) -> None:
     tables = {r[0] for r in conn.execute(f"SELECT name FROM {_TABLES_AND_VIEWS} WHERE schema_name = 'main'").fetchall()}
     if not tables or {"schema_version", "samples"} <= tables or _unfinished_creation(conn, tables):
         return
-    shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+    shown = first_of(sorted(tables))
     raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): pass another --db")
 
 
