@@ -450,3 +450,31 @@ def test_a_recipient_is_a_call_unless_it_is_a_builtin_tools_or_the_assistant() -
         False,
         False,
     ]
+
+
+@pytest.mark.parametrize("in_role", [False, True])
+def test_a_bare_recipient_whose_equals_sign_is_glued_to_its_name_is_a_call(hfam, in_role: bool) -> None:
+    """o200k encodes `to=get_weather` as ` to`, `=get`, `_weather` (no ` to` `=` pair on the ids), and gpt-oss
+    writes a header as its tokenizer does: vLLM still reads the message as a call to `get_weather`. Read as a
+    preamble, the call's JSON was exported as the answer's content and a server that kept it out read as a parser
+    mistake."""
+    from tokview.core.harmony import text_bodies, to_function
+    from tokview.export.formats import texts_from_ids
+
+    header = (
+        "<|start|>assistant to=get_weather<|channel|>commentary json"
+        if in_role
+        else "<|start|>assistant<|channel|>commentary to=get_weather <|constrain|>json"
+    )
+    text = f'<|channel|>analysis<|message|>Need the weather.<|end|>{header}<|message|>{{"city": "Paris"}}<|call|>'
+    ids = hfam.ids(text)
+    assert 28 not in ids  # no lone "=": the recipient's first id holds it
+    messages = parse_harmony(ids, hfam.tok)
+    assert [(m.recipient, to_function(m)) for m in messages] == [(None, False), ("get_weather", True)]
+    assert text_bodies(messages)[1] == []
+    served = _chat(hfam, text, reasoning="Need the weather.", content="")
+    assert texts_from_ids(served, hfam.profile, hfam.tok).content == ""
+    assert "harmony_split_mismatch" not in analyze(served, hfam.profile, hfam.tok).codes
+    # the same words in an answer's body name no recipient
+    plain = parse_harmony(hfam.ids("<|channel|>final<|message|>I want to=get it<|return|>"), hfam.tok)
+    assert [m.recipient for m in plain] == [None]

@@ -51,6 +51,9 @@ class HarmonyMessage:
     recipient: str | None = None
     constraint: str | None = None
     end_id: int | None = None
+    to_spans: list[tuple[int, int]] = field(default_factory=list)
+    """Where the header's text may name a recipient ([start, end) output positions: the role's text and what follows
+    the channel name), for `_glued_recipient` to read with a tokenizer."""
 
 
 def _channel_of(ids: Sequence[int]) -> str | None:
@@ -72,6 +75,17 @@ def _recipient_in(header_text: Sequence[int]) -> tuple[int, ...]:
     return ()
 
 
+def _glued_recipient(output: Sequence[int], spans: Sequence[tuple[int, int]], tokenizer: TokenizerAdapter) -> int:
+    """Where a recipient whose first id holds its `=` starts (-1: none). o200k encodes `to=get_weather` as ` to`,
+    `=get`, `_weather`, and gpt-oss writes a header as its tokenizer does, so a bare recipient (vLLM reads it as a
+    function call, its heuristic fallback) never shows the ` to` `=` pair `_recipient_in` finds on ids alone."""
+    for start, end in spans:
+        for k in range(start, end - 1):
+            if output[k] == _TO_IDS[0] and len(piece := tokenizer.decode([output[k + 1]])) > 1 and piece[0] == "=":
+                return k + 1
+    return -1
+
+
 def _header(output: Sequence[int], at: int, role_at: int) -> tuple[int, HarmonyMessage]:
     """Read one header starting at `at` (its role text from `role_at`); returns the position after `<|message|>`
     (or where it stopped)."""
@@ -82,6 +96,7 @@ def _header(output: Sequence[int], at: int, role_at: int) -> tuple[int, HarmonyM
             msg.problems.append(("<|constrain|> before the channel", i))
         i += 1
     msg.recipient_ids = _recipient_in(output[role_at:i])  # `assistant to=functions.f<|channel|>…`: the role names it
+    msg.to_spans.append((role_at, i))
     if i < n and output[i] == CHANNEL:
         j = i + 1
         while j < n and output[j] not in (CONSTRAIN, MESSAGE, START, CHANNEL) and output[j] not in END_IDS:
@@ -92,6 +107,7 @@ def _header(output: Sequence[int], at: int, role_at: int) -> tuple[int, HarmonyM
             msg.problems.append(("a channel name Harmony does not have", i))
         rest = text[len(CHANNEL_IDS[msg.channel]) :] if msg.channel else []
         msg.recipient_ids = _recipient_in(rest) or msg.recipient_ids
+        msg.to_spans.append((i + 1 + len(text) - len(rest), j))
         if j < n and output[j] == CONSTRAIN:
             k = j + 1
             while k < n and output[k] not in (MESSAGE, START, CHANNEL, CONSTRAIN) and output[k] not in END_IDS:
@@ -140,7 +156,10 @@ def parse_harmony(output: Sequence[int], tokenizer: TokenizerAdapter | None = No
         i = k  # at an id past this message, or at the <|start|> the next turn of the loop reads
     if tokenizer is not None:
         for msg in messages:  # the recipient ends at a space: `to=python code` names python, its content type code
-            words = tokenizer.decode(list(msg.recipient_ids)).split() if msg.recipient_ids else []
+            if not msg.recipient_ids and (at := _glued_recipient(out, msg.to_spans, tokenizer)) >= 0:
+                span_end = next(end for start, end in msg.to_spans if start <= at < end)
+                msg.recipient_ids = tuple(t for t in out[at:span_end] if t != 220)
+            words = tokenizer.decode(list(msg.recipient_ids)).removeprefix("=").split() if msg.recipient_ids else []
             msg.recipient = words[0] if words else None
             msg.constraint = tokenizer.decode(list(msg.constraint_ids)).strip() if msg.constraint_ids else None
     return messages
