@@ -205,14 +205,14 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
         "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
-        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR)"
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR, reasoning VARCHAR)"
     )
     for n, response in enumerate((stored_json, stored_stream)):
         sent = [{"role": "user", "content": f"task {n}"}]
         # the second row as a chat row is stored now: its messages once, in the column (`store.elided_ids`)
         request = {"body": {"messages": sent if n == 0 else None}}
         db.execute(
-            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0, NULL, NULL, ?, ?)",
+            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0, NULL, NULL, ?, ?, NULL)",
             [
                 f"proxy:old:s{n}",
                 f"proxy:old:{n}",
@@ -641,14 +641,14 @@ def _stored(
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
         "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
-        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR)"
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR, reasoning VARCHAR)"
     )
     for k, (session, turn, sample_id, prompt, output, gen) in enumerate(rows):
         sent = (messages or {}).get(sample_id)
         request = orjson.dumps({"body": {"messages": sent}}).decode() if sent else "{}"
         db.execute(
             "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, 'x', '{}', "
-            "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?, NULL)",
+            "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?, NULL, NULL)",
             [session, turn, sample_id, prompt, output, request, seconds[k] if seconds else k, gen, len(prompt)],
         )
     return _Db(db)

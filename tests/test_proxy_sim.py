@@ -61,6 +61,14 @@ def _chat(model: str, stream: bool, **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": QUESTION, "max_tokens": 200, "temperature": 0, "stream": stream, **extra}
 
 
+def _weather_tool() -> dict[str, Any]:
+    properties = {"city": {"type": "string"}}
+    return {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": properties}},
+    }
+
+
 def _stored(db: str) -> list[dict[str, Any]]:
     with Store(db) as store:
         rows = store.query(
@@ -315,6 +323,7 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
     assert two["prompt_ids"][at] != served[at]
     assert f"first differ at position {at}" in detail
     assert f"where turn 0 has id {served[at]} " in detail
+    assert "The harness changed turn 0's answer before sending it back: it dropped its reasoning" in detail
     # `show` and the app re-analyse a sample alone, which cannot find a break: the stored finding is shown
     shown = subprocess.run(
         [sys.executable, "-m", "tokview", "show", two["sample_id"], "--db", proxy.db, "--json"],
@@ -329,6 +338,30 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
         walked = conversation_turns(store, two["sample_id"])  # inspect's w: "harness history · breaks at N"
     assert "session_prefix_break" in analysis.codes
     assert walked == [Turn(one["sample_id"], 0, "harness"), Turn(two["sample_id"], 1, "harness", False, at)]
+
+
+def test_a_history_sent_back_as_served_puts_the_break_down_to_the_template_not_the_harness(sim, proxy) -> None:
+    """The answer sent back as served, its reasoning under the field the server reads: Kimi's template still drops a
+    finished turn's reasoning (`<think></think>`), so the prefix breaks. The finding blamed the harness for every
+    break; here it did nothing wrong."""
+    declared = {"tools": [_weather_tool()], "tool_choice": "none"}  # Kimi's template then drops a plain answer's
+    body = _chat(
+        sim.cfg.model_name, False, **declared
+    )  # reasoning (SGLang renders no tools: its parser's split breaks)
+    reply = httpx.post(proxy.url + "/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    field = "reasoning" if sim.cfg.kind == "vllm" else "reasoning_content"
+    assert reply[field]
+    faithful = {"role": "assistant", "content": reply["content"], "reasoning_content": reply[field]}
+    history = [*QUESTION, faithful, {"role": "user", "content": "And 18 times 3?"}]
+    httpx.post(proxy.url + "/v1/chat/completions", json={**body, "messages": history})
+    proxy.stop()
+    _, two = _stored(proxy.db)
+    with Store(proxy.db) as store:
+        [(detail,)] = store.query(
+            "SELECT detail FROM findings WHERE sample_id = ? AND code = 'session_prefix_break'", [two["sample_id"]]
+        )
+    assert "The harness sent turn 0's answer back as served. The template re-rendered the history" in detail
+    assert "changed" not in detail
 
 
 def test_header_and_user_name_sessions(sim, proxy) -> None:

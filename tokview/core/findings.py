@@ -46,6 +46,7 @@ from tokview.core.template_dates import served_date
 from tokview.core.xml_tool_calls import arguments_agree
 
 if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
     from tokview.core.tokenizer import TokenizerAdapter
 
 UNKNOWN_IDS_SHOWN = 12
@@ -1067,17 +1068,26 @@ def session_prefix_break(ctx: Context) -> Hit | None:
 
 
 def _rerender_causes(ctx: Context, previous: object, chain: JsonObject, at: int) -> str:
+    previous_len = chain.get("previous_len")
+    return rerender_causes(
+        ctx.profile, ctx.tokenizer, previous, previous_len if isinstance(previous_len, int) else None, at
+    )
+
+
+def rerender_causes(
+    profile: ModelProfile, tokenizer: TokenizerAdapter | None, previous: object, previous_len: int | None, at: int
+) -> str:
     """What a template's re-render of the history changes, for this model's format: the think-tag list named a
     `</think>` to a gpt-oss chain, whose break is a call's header written in another order, and to a GLM chain
-    that broke where the model's stop id was rendered as another end of turn."""
-    previous_len = chain.get("previous_len")
-    at_its_end = isinstance(previous_len, int) and at == previous_len - 1  # the previous turn's last id: its stop
-    if isinstance(previous, int) and previous in ctx.profile.stop_ids and at_its_end:
+    that broke where the model's stop id was rendered as another end of turn. `previous`: the id the earlier turn
+    has at the break, `previous_len` its prompt + output length (a batch chain's and a proxied session's alike)."""
+    at_its_end = previous_len is not None and at == previous_len - 1  # the previous turn's last id: its stop
+    if isinstance(previous, int) and previous in profile.stop_ids and at_its_end:
         return (
-            f"The template ends that turn otherwise than the model did: it stopped with {id_text(ctx.tokenizer, previous)}"
+            f"The template ends that turn otherwise than the model did: it stopped with {id_text(tokenizer, previous)}"
             ", and the history renders another end of turn there"
         )
-    if ctx.profile.format == HARMONY:
+    if profile.format == HARMONY:
         return (
             "The template re-rendered the history (a call's header written in another order, an analysis message "
             "dropped, arguments re-serialised)"

@@ -33,10 +33,11 @@ import orjson
 
 from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
-from tokview.core.findings import WARN, id_text
+from tokview.core.findings import WARN, id_text, rerender_causes
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
+from tokview.proxy.break_causes import harness_changes
 from tokview.proxy.capture import (
     CHAT,
     MAX_CHOICES,
@@ -269,8 +270,17 @@ def _trim(entries: OrderedDict[str, Any]) -> None:
         entries.popitem(last=False)
 
 
-def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: TokenizerAdapter | None) -> dict[str, Any]:
-    """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""
+def prefix_break_finding(
+    turn: Turn,
+    prompt_ids: list[int],
+    tokenizer: TokenizerAdapter | None,
+    *,
+    messages: list[Any] | None = None,
+    profile: ModelProfile | None = None,
+    server_kind: str | None = None,
+) -> dict[str, Any]:
+    """Where this turn's prompt stops extending the previous turn's prompt + output ids, what is there, and why:
+    what the harness changed in the previous answer, else the template's re-render (`break_causes`)."""
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
     compared = turn.previous_turn if turn.previous_turn is not None else turn.turn - 1
@@ -288,11 +298,43 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
         )
         return _break(detail, at, prompt_ids)
     detail = (
-        f"turn {turn.turn} continues its conversation by its messages, but {differ}. The harness re-rendered the "
-        "history (reasoning dropped, content or arguments re-serialised, call ids renumbered): a drafter trained on these "
-        "turns sees a prompt the model never continued."
+        f"turn {turn.turn} continues its conversation by its messages, but {differ}. "
+        f"{_why(turn, compared, at, messages, profile, server_kind, tokenizer)}: a drafter trained on these turns sees "
+        "a prompt the model never continued."
     )
     return _break(detail, at, prompt_ids)
+
+
+def _why(
+    turn: Turn,
+    compared: int,
+    at: int,
+    messages: list[Any] | None,
+    profile: ModelProfile | None,
+    server_kind: str | None,
+    tokenizer: TokenizerAdapter | None,
+) -> str:
+    """What broke the prefix: the harness's changes to turn `compared`'s answer when it made any; else, the answer
+    sent back as served, the template's re-render (before the answer: of an earlier turn)."""
+    served = turn.previous_served
+    if served is None or not messages:  # nothing to compare (a completions prompt, a turn restored without it)
+        return (
+            "The harness or the server's chat template re-rendered the history (reasoning dropped, content or "
+            "arguments re-serialised, call ids renumbered)"
+        )
+    changes = harness_changes(served, messages, server_kind)
+    if changes:
+        return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
+    faithful = f"The harness sent turn {compared}'s answer back as served"
+    if at < served.prompt_len:
+        return (
+            f"{faithful}; the break is in the history before it: the server's chat template rendered an earlier turn "
+            f"otherwise than in turn {compared}'s prompt (Kimi's drops a tool loop's reasoning once a plain answer "
+            "ends the loop)"
+        )
+    if profile is None:
+        return f"{faithful}; the server's chat template rendered it otherwise than the model wrote it"
+    return f"{faithful}. {rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at)}"
 
 
 def _break(detail: str, at: int, prompt_ids: list[int]) -> dict[str, Any]:
@@ -626,7 +668,14 @@ class Recorder:
         else:
             turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user, parallel_to=parallel_to)
         if turn.break_at is not None:
-            self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
+            self._sink.extra[sample_id] = prefix_break_finding(
+                turn,
+                capture.prompt_ids,
+                self.tokenizer,
+                messages=messages,
+                profile=self.profile,
+                server_kind=capture.server_kind,
+            )
             _trim(self._sink.extra)
         self.sessions.add(  # a sibling too: the harness may go on from any choice
             turn,
@@ -734,8 +783,8 @@ def _answer(capture: Capture, answer: object, endpoint: str) -> dict[str, Any] |
         choices = answer.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
-        return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
-    return assistant_message(capture.content, capture.tool_calls)  # a stream's calls as the server parsed them
+        return assistant_message(capture.content, None, capture.reasoning) | {"tool_calls": calls or None}
+    return assistant_message(capture.content, capture.tool_calls, capture.reasoning)  # a stream's calls as parsed
 
 
 def _parsed_json(raw: bytes) -> Any:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tokview.core.prefix_memo import pack_int32
+from tokview.proxy.break_causes import Served, served_of
 from tokview.proxy.prefix_index import PrefixGroup
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class _Head:
     placed: Turn | None = None
     """How `place` placed it, when that broke the prefix (None otherwise, and for a restored turn): a retry of it in a
     session the harness names breaks it where it did (`_retry`)."""
+    served: Served | None = None
+    """Its answer as the server returned it (digests), which a next turn that breaks its prefix is compared with."""
 
 
 @dataclass
@@ -133,6 +136,8 @@ class Turn:
     turn, maybe: not always the turn before)."""
     previous_id: int | None = None
     """With `break_at`: the id the compared turn has there (None where its ids end): the finding shows both sides."""
+    previous_served: Served | None = None
+    """With `break_at`: the compared turn's answer as served (`break_causes`: what the harness changed in it)."""
 
 
 def _pack(ids: Sequence[int]) -> tuple[bytes, bool]:
@@ -450,6 +455,7 @@ class SessionBook:
             stored_len=stored_len if stored_from is not None else 0,
             int32=int32,
             placed=turn if turn.break_at is not None and turn.joined_by != "restored" else None,
+            served=served_of(answer, messages, len(prompt_ids)),
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -649,7 +655,17 @@ def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Tur
     at = _first_difference(packed, head.sequence) if breaks else None
     previous_len = len(head.sequence) // 4 if breaks else 0
     previous_id = _id_at(head, at) if at is not None else None
-    return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, previous_len, previous_id=previous_id)
+    served = head.served if breaks else None
+    return Turn(
+        head.session_id,
+        head.turn + 1,
+        how,
+        head.sample_id,
+        at,
+        previous_len,
+        previous_id=previous_id,
+        previous_served=served,
+    )
 
 
 def _retry(head: _Head, session: _Session, packed: bytes, how: str) -> Turn:
@@ -692,7 +708,15 @@ def _breaking(
     """Turn `turn` of `session_id`, with where `packed` leaves `parent`'s ids (its `session_prefix_break`)."""
     at = _first_difference(packed, parent.sequence)
     return Turn(
-        session_id, turn, how, parent_sample, at, len(parent.sequence) // 4, previous_id=_id_at(parent, at), **marks
+        session_id,
+        turn,
+        how,
+        parent_sample,
+        at,
+        len(parent.sequence) // 4,
+        previous_id=_id_at(parent, at),
+        previous_served=parent.served,
+        **marks,
     )
 
 
@@ -752,7 +776,7 @@ WITH proxied AS (
     FROM proxied
 )
 SELECT s.prompt_id, s.turn, s.sample_id, s.prompt_ids, s.output_ids, s.raw_request, s.content, s.raw_response,
-    s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen, s.messages
+    s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen, s.messages, s.reasoning
 FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
 WHERE (r.request > r.newest - ? OR r.from_top <= ?) AND r.gen < ? AND r.recency <= ?
 ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
@@ -773,14 +797,16 @@ WHERE starts_with(prompt_id, ?)
 """The highest session number a run's proxy gave (its session ids are `proxy:RUN:sN`)."""
 
 
-def assistant_message(content: str | None, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+def assistant_message(
+    content: str | None, calls: list[dict[str, Any]] | None, reasoning: str | None = None
+) -> dict[str, Any]:
     """The assistant message a harness appends for an answer (what its next request's messages hold), from the
     server's calls as plain records {id, name, arguments} (`core.tool_calls.server_tool_calls`)."""
     shaped = [
         {"id": c.get("id"), "type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
         for c in calls or ()
     ]
-    return {"role": "assistant", "content": content, "tool_calls": shaped or None}
+    return {"role": "assistant", "content": content, "tool_calls": shaped or None, "reasoning_content": reasoning}
 
 
 def _json_or_empty(text: str | None) -> Any:
@@ -811,7 +837,8 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
     from tokview.store.prompt_refs import whole_prompts
 
     columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
-    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len", "gen", "messages"), r)) for r in rows]
+    extra = ("prompt_from", "prompt_from_len", "prompt_len", "gen", "messages", "reasoning")
+    dicts = [dict(zip((*columns, *extra), r)) for r in rows]
     keys = {d["sample_id"]: (d["prompt_from"], d["prompt_from_len"] or 0) for d in dicts}
     broken: list[tuple[dict[str, Any], str]] = []
     whole_prompts(db, dicts, broken=broken)  # a turn whose prompt cannot be put back is not restored (its session
@@ -831,7 +858,8 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
             messages = _json_or_empty(d["messages"])
         answer = None
         if isinstance(messages, list):
-            answer = assistant_message(content, tool_calls_of_response(unpack(_json_or_empty(raw_response))))
+            calls = tool_calls_of_response(unpack(_json_or_empty(raw_response)))
+            answer = assistant_message(content, calls, d.get("reasoning"))
         placed = Turn(session_id, int(turn), "restored")
         book.add(
             placed,

@@ -1,0 +1,132 @@
+"""What a proxied turn's prefix-break finding puts the break down to: the harness's changes to the answer it sent
+back, or (sent back as served) the server's chat template. The finding blamed the harness for every break; most
+came from a faithful harness and Kimi's template dropping a finished turn's reasoning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tokview.proxy.break_causes import harness_changes, served_of
+from tokview.proxy.recorder import prefix_break_finding
+from tokview.proxy.sessions import SessionBook, assistant_message, restore
+
+SYSTEM = list(range(100, 120))
+QUESTION = {"role": "user", "content": "Weather in Paris?"}
+CALL = {"id": "functions.get_weather:0", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+SERVED = assistant_message("\n\nLooking.", [CALL], "I should call the tool.")
+
+
+def _sent(**changes: Any) -> dict[str, Any]:
+    """The served answer as a faithful harness sends it back, with `changes` (None drops a key)."""
+    message = {
+        "role": "assistant",
+        "content": "\n\nLooking.",
+        "reasoning_content": "I should call the tool.",
+        "tool_calls": [
+            {"id": CALL["id"], "type": "function", "function": {"name": "get_weather", "arguments": CALL["arguments"]}}
+        ],
+    }
+    message.update(changes)
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def _changes(sent: dict[str, Any], kind: str = "vllm") -> list[str]:
+    served = served_of(SERVED, [QUESTION], 10)
+    assert served is not None
+    return harness_changes(served, [QUESTION, sent, {"role": "tool", "content": "sunny"}], kind)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_an_answer_sent_back_as_served_changed_nothing(kind: str) -> None:
+    assert _changes(_sent(), kind) == []
+    parts = _sent(content=[{"type": "text", "text": "\n\nLooking."}])  # the same text as parts
+    assert _changes(parts, kind) == []
+
+
+def test_each_change_a_harness_makes_is_named() -> None:
+    assert _changes(_sent(reasoning_content=None)) == ["dropped its reasoning"]
+    assert _changes(_sent(reasoning_content="")) == ["dropped its reasoning"]
+    assert _changes(_sent(reasoning_content="I should call it.")) == ["re-wrote its reasoning"]
+    assert _changes(_sent(content="Looking.")) == ["changed its content (the whitespace around it)"]
+    renumbered = _sent(
+        tool_calls=[{"id": "call_0", "function": {"name": "get_weather", "arguments": CALL["arguments"]}}]
+    )
+    assert _changes(renumbered) == ["renumbered its call ids ('call_0' for the served 'functions.get_weather:0')"]
+    spaced = _sent(
+        tool_calls=[{"id": CALL["id"], "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+    )
+    assert _changes(spaced) == ["re-serialised its arguments"]
+    everything = _sent(reasoning_content=None, content="Looking.", tool_calls=renumbered["tool_calls"])
+    assert len(_changes(everything)) == 3
+
+
+def test_reasoning_under_vllms_name_is_dropped_by_sglang_only() -> None:
+    """vLLM reads `reasoning` and `reasoning_content`; SGLang only `reasoning_content` (the recordings: a history
+    with `reasoning` rendered `<think></think>` on SGLang)."""
+    renamed = _sent(reasoning_content=None, reasoning="I should call the tool.")
+    assert _changes(renamed, "vllm") == []
+    assert _changes(renamed, "sglang") == [
+        "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)"
+    ]
+
+
+def test_no_assistant_message_where_the_answer_goes_compares_nothing() -> None:
+    served = served_of(SERVED, [QUESTION], 10)
+    assert served is not None
+    assert harness_changes(served, [QUESTION], "vllm") == []
+    assert harness_changes(served, [QUESTION, {"role": "user", "content": "hm"}], "vllm") == []
+    assert served_of(SERVED, None, 10) is None and served_of(None, [QUESTION], 10) is None
+
+
+def _place(book: SessionBook, prompt: list[int], output: list[int], messages: list[Any], answer: dict[str, Any]):
+    turn = book.place(prompt, messages)
+    book.add(turn, f"t{turn.turn}", prompt_ids=prompt, output_ids=output, messages=messages, answer=answer)
+    return turn
+
+
+def _detail(turn, prompt: list[int], messages: list[Any], kind: str = "vllm") -> str:
+    return prefix_break_finding(turn, prompt, None, messages=messages, server_kind=kind)["detail"]
+
+
+def test_the_finding_names_the_harness_or_the_template_and_where() -> None:
+    book = SessionBook("r")
+    first = [*SYSTEM, 1]
+    _place(book, first, [2, 3, 4], [QUESTION], SERVED)
+    tool = {"role": "tool", "tool_call_id": CALL["id"], "content": "sunny"}
+    # the template re-rendered the answer (its reasoning dropped): ids break inside the answer
+    faithful = [QUESTION, _sent(), tool]
+    turn = book.place([*first, 2, 9, 4, 5], faithful)
+    assert (turn.joined_by, turn.break_at) == ("messages", len(first) + 1)
+    said = _detail(turn, [*first, 2, 9, 4, 5], faithful)
+    assert "The harness sent turn 0's answer back as served" in said and "changed" not in said
+    # the same break with the reasoning dropped by the harness
+    dropped = [QUESTION, _sent(reasoning_content=None), tool]
+    said = _detail(book.place([*first, 2, 9, 4, 5], dropped), [*first, 2, 9, 4, 5], dropped)
+    assert "The harness changed turn 0's answer before sending it back: it dropped its reasoning" in said
+    # a break before the answer, in the history turn 0's prompt already held
+    early = [*SYSTEM[:5], 7, *SYSTEM[6:], 1, 2, 3, 4, 5]
+    turn = book.place(early, faithful)
+    assert turn.break_at == 5
+    assert "the break is in the history before it" in _detail(turn, early, faithful)
+
+
+def test_a_restarted_proxy_compares_with_the_answer_it_restored() -> None:
+    """A turn put back from the store keeps its served answer, its reasoning read back too: a harness that dropped
+    it is named after a restart as before one."""
+    book = SessionBook("r")
+    request = f'{{"body": {{"messages": [{{"role": "user", "content": "{QUESTION["content"]}"}}]}}}}'
+    response = (
+        '{"choices": [{"message": {"tool_calls": [{"id": "functions.get_weather:0", "type": "function", '
+        '"function": {"name": "get_weather", "arguments": "{\\"city\\":\\"Paris\\"}"}}]}}]}'
+    )
+    row = ("proxy:r:s1", 0, "t0", [*SYSTEM, 1], [2, 3, 4], request, "\n\nLooking.", response)
+    restore(book, [(*row, None, None, len(SYSTEM) + 1, 0, None, "I should call the tool.")], None)  # type: ignore[arg-type]
+    faithful = [QUESTION, _sent(), {"role": "tool", "tool_call_id": CALL["id"], "content": "sunny"}]
+    turn = book.place([*SYSTEM, 1, 2, 9], faithful)
+    assert turn.joined_by == "messages"
+    assert "back as served" in _detail(turn, [*SYSTEM, 1, 2, 9], faithful)
+    dropped = [QUESTION, _sent(reasoning_content=None), faithful[2]]
+    turn = book.place([*SYSTEM, 1, 2, 9], dropped)
+    assert "it dropped its reasoning" in _detail(turn, [*SYSTEM, 1, 2, 9], dropped)

@@ -1,0 +1,111 @@
+"""Why a proxied turn's prompt ids leave the turn before: what the harness changed in the answer it sent back, or,
+when it sent the answer back as served, that the server's chat template re-rendered it.
+
+The session book joins such a turn by its messages, compared on what a turn says: reasoning, call ids, argument
+spelling and the whitespace around a text are left out (`sessions._message_text`). Those are the parts that decide
+whether the next prompt holds the ids the model wrote, so here they are compared as sent with what the server
+returned. The finding blamed the harness for every break, and the commonest one, a faithful harness and Kimi's
+template dropping a finished tool loop's reasoning, read as a harness bug.
+
+What the server returned is kept as digests on the session book's turn (`Served`): a long answer is stored once,
+in its sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from tokview.proxy.ids import SGLANG
+from tokview.untrusted_text import printable_line
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where a history message's reasoning goes: SGLang reads `reasoning_content` only; vLLM reads both (it renames
+`reasoning_content` to `reasoning`)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """A turn's answer as the server returned it, and where its next request's messages should hold it."""
+
+    at: int
+    """The index of the assistant message the next request's messages hold for this answer (its request's count)."""
+    prompt_len: int
+    reasoning: bytes | None
+    """The digest of the reasoning text; None when the answer had none."""
+    content: bytes
+    calls: tuple[tuple[object, bytes], ...]
+    """(call id, digest of the arguments as a string) of each call, in order."""
+
+
+def served_of(answer: dict[str, Any] | None, messages: list[Any] | None, prompt_len: int) -> Served | None:
+    """The digests of `answer` (the assistant message the recorder built, `reasoning_content` included) for a
+    request of `messages`; None for a request without messages (a `/v1/completions` one) or without an answer."""
+    if answer is None or not messages:
+        return None
+    reasoning = answer.get("reasoning_content")
+    calls = answer.get("tool_calls")
+    return Served(
+        len(messages),
+        prompt_len,
+        _digest(reasoning) if isinstance(reasoning, str) and reasoning else None,
+        _digest(_text(answer.get("content"))),
+        tuple((c.get("id"), _digest(_arguments(c))) for c in calls if isinstance(c, dict))
+        if isinstance(calls, list)
+        else (),
+    )
+
+
+def harness_changes(served: Served, messages: list[Any], server_kind: str | None) -> list[str]:
+    """What the request's copy of the answer changed, in words ("dropped its reasoning", …); [] when it sent it back
+    as served (or holds no assistant message where the answer goes: nothing to compare)."""
+    sent = messages[served.at] if served.at < len(messages) else None
+    if not isinstance(sent, dict) or sent.get("role") != "assistant":
+        return []
+    said: list[str] = []
+    if served.reasoning is not None:
+        kept = {f: v for f in REASONING_FIELDS if isinstance(v := sent.get(f), str) and v}
+        if not kept:
+            said.append("dropped its reasoning")
+        elif server_kind == SGLANG and "reasoning_content" not in kept:
+            said.append(
+                "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)"
+            )
+        elif all(_digest(v) != served.reasoning for v in kept.values()):
+            said.append("re-wrote its reasoning")
+    if _digest(_text(sent.get("content"))) != served.content:
+        said.append("changed its content (the whitespace around it)")
+    sent_calls = [c for c in sent.get("tool_calls") or () if isinstance(c, dict)]
+    renumbered = [(c.get("id"), own) for (own, _), c in zip(served.calls, sent_calls) if c.get("id") != own]
+    if renumbered:
+        first, own = renumbered[0]
+        said.append(f"renumbered its call ids ({_quoted(first)} for the served {_quoted(own)})")
+    if any(_digest(_arguments(c)) != args for (_, args), c in zip(served.calls, sent_calls)):
+        said.append("re-serialised its arguments")
+    return said
+
+
+def _text(content: object) -> str:
+    """A message's content as one text: a string, or the texts of its parts (None and anything else: "")."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    function = call.get("function")
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    return arguments if isinstance(arguments, str) else repr(arguments)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def _quoted(value: object) -> str:
+    """A call id a client sent, as a finding can show it: on one printable line, cut to 48 characters."""
+    text = f"'{printable_line(value)}'" if isinstance(value, str) else printable_line(repr(value))
+    return text if len(text) <= 48 else text[:47] + "…"
