@@ -100,6 +100,22 @@ def test_a_stream_with_logprobs_is_the_upstreams_own_bytes(sim, proxy) -> None:
         assert [c for c in chunks for ch in c["choices"] if ch["delta"] == {} and ch["finish_reason"] is None]
 
 
+def test_a_tool_calling_stream_with_logprobs_is_the_upstreams_own_bytes(sim, proxy) -> None:
+    """The same with tools: the simulator's tool path skipped the marker chunks vLLM sends for their logprobs, so the
+    proxy's stream (which keeps them, as vLLM 0.32's would come) differed from the simulator's own (61 events to 36)."""
+    weather = [{"role": "user", "content": "What is the weather in Paris?"}]
+    extra = {"logprobs": True, "stream_options": {"include_usage": True}, "tools": [_weather_tool()]}
+    body = {**_chat(sim.cfg.model_name, True, **extra), "messages": weather}
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+    assert _blank(through) == _blank(direct)
+    chunks = [orjson.loads(line[6:]) for line in through.splitlines() if line.startswith(b"data: {")]
+    assert [c for c in chunks for ch in c["choices"] if ch["delta"].get("tool_calls")]
+    entries = [e for c in chunks for ch in c["choices"] for e in (ch.get("logprobs") or {}).get("content") or []]
+    if sim.cfg.kind == "vllm":
+        assert len(entries) == next(c["usage"] for c in chunks if c.get("usage"))["completion_tokens"]
+
+
 def test_a_stream_with_logprobs_from_a_vllm_before_0_31_is_its_own_bytes_too(tmp_path, kimi_tok, kimi_profile) -> None:
     """vLLM 0.30 skipped a marker id's chunk with logprobs asked for (the proxy reads the version it probed)."""
     with start_simulator(SimConfig(kind="vllm", version="0.30.0")) as old:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tokview.core.json_value import JsonObject
+from tokview.core.server_versions import VLLM_MARKER_LOGPROBS, at_least
 from tokview.sim import common, glm_tools, requests, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -157,10 +158,12 @@ def vllm_events(
     events = [sse(first)]
     with_usage = requests.include_usage(body)
     misses = bool(state.cfg.quirk("stream-misses-ids"))
+    # from 0.31 an empty delta's chunk is sent for its logprob, as on the path without tools (`vllm.chat_events`)
+    marker_logprobs = logprob is not None and at_least(state.cfg.server_version, VLLM_MARKER_LOGPROBS)
     for pos, (tid, delta) in enumerate(zip(out, vllm_deltas(state, turn, out, field))):
         last = pos == len(out) - 1
         in_section = turn.parsed.section_at is not None and pos >= turn.parsed.section_at
-        if not last and not delta and (not ids or (misses and in_section)):
+        if not last and not delta and ((not ids and not marker_logprobs) or (misses and in_section)):
             continue
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         if logprob is not None:
