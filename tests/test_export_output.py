@@ -339,6 +339,34 @@ def test_text_formats_keep_specforge_ids_and_stay_unique_across_runs(tmp_path):
     assert [r["id"] for r in _jsonl(tmp_path / "g.jsonl")] == ["p", "p@run2", "p_gen1"]
 
 
+def test_branches_of_one_runs_conversation_get_row_ids_show_takes(tmp_path, capsys):
+    """A proxied session's two next turns from one history share prompt, turn and index in one run: the export wrote
+    `X#turn1_gen0` and `X#turn1_gen0@RUN`, and `tokview show` found both samples behind either id. Each is now
+    `…@SAMPLE_ID`, which names one; another run's sample still gets `@RUN`."""
+    from tokview.cli import main
+
+    db = tmp_path / "b.duckdb"
+    with Store(db) as s:
+        branches = []
+        for k in range(2):
+            capture = make_capture(question=f"branch {k}")
+            branches.append(f"proxy:r1:{k}")
+            s.put_sample(branches[-1], "session:S", "r1", capture, analyze(capture, profile(), kimi()), turn=1)
+        capture = make_capture(question="other run")
+        s.put_sample("proxy:r2:0", "session:S", "r2", capture, analyze(capture, profile(), kimi()), turn=1)
+        _export(s, "speculators", tmp_path / "s.jsonl")
+    ids = {r["metadata"]["tokview_sample_id"]: r["id"] for r in _jsonl(tmp_path / "s.jsonl")}
+    assert ids == {
+        "proxy:r1:0": "session:S#turn1_gen0@proxy:r1:0",
+        "proxy:r1:1": "session:S#turn1_gen0@proxy:r1:1",
+        "proxy:r2:0": "session:S#turn1_gen0@r2",
+    }
+    capsys.readouterr()
+    for sample_id, row_id in ids.items():
+        assert main(["show", "--db", str(db), row_id, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
+
+
 def test_a_failure_later_captured_is_not_in_errors_jsonl(store, tmp_path):
     store.put_failure("p9", "p9@s_gen0", "run1", "HTTP 500 after 3 retries")
     sid = put(store, "p3", make_capture())

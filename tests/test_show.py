@@ -144,7 +144,7 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
     assert json.loads(capsys.readouterr().out)["sample_id"] == single
     assert main(["show", "--db", str(db), "plain_gen0"]) == 1
     err = capsys.readouterr().err
-    assert "2 samples have the export row id 'plain_gen0' (other runs): give one of" in err and single in err
+    assert "2 samples have the export row id 'plain_gen0' (other runs" in err and single in err
     assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
     assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err
     assert main(["show", "--db", str(db), "my-task"]) == 1  # a conversation's prompt id: its turns are named

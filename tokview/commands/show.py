@@ -61,7 +61,8 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
         return store.load_sample(named[0])
     if named:
         raise UserError(
-            f"{len(named)} samples have the export row id {given!r} (other runs): give one of {_first_few(named)}"
+            f"{len(named)} samples have the export row id {given!r} (other runs, or branches of one conversation, "
+            f"which an export names `…@SAMPLE_ID`): give one of {_first_few(named)}"
         )
     of_prompt = [
         r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY sample_id", [given])
@@ -81,8 +82,8 @@ def _first_few(sample_ids: list[str]) -> str:
 
 def _row_id_parses(given: str) -> list[tuple[str, int | None, int, str | None]]:
     """Every (prompt id, turn, generation index, run) an exported row id `{prompt}[#turn{t}][_gen{g}][@{run}[.N]]`
-    (`export.formats.row_ids`) may stand for, the most suffixes read first: a prompt id may hold `@`, `#turn` or
-    `_gen` itself, and a run name may end in `.digits` (`exp-v1.3`)."""
+    (`export.formats.row_ids`; `@{sample id}` in the run's place) may stand for, the most suffixes read first: a
+    prompt id may hold `@`, `#turn` or `_gen` itself, and a run name may end in `.digits` (`exp-v1.3`)."""
     runs: list[tuple[str, str | None]] = []
     for at in [m.start() for m in re.finditer("@", given)][::-1]:
         named = given[at + 1 :]
@@ -112,9 +113,9 @@ def _by_row_id(store: Store, given: str) -> list[str]:
         params: list[object] = [prompt, gen]
         sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
         params += [] if turn is None else [turn]
-        if run is not None:
-            sql += " AND run_id = ?"
-            params.append(run)
+        if run is not None:  # `@run`, or `@sample_id` (samples of one run that share the rest: `row_ids`)
+            sql += " AND (run_id = ? OR sample_id = ?)"
+            params += [run, run]
         found = [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
         if found:
             return found

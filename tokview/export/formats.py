@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -182,25 +183,35 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, int | None]:
     return out
 
 
-def row_ids(items: list[tuple[str, str | None, int | None, int | None]], *, gen0: bool = True) -> list[str]:
-    """Row ids for (prompt_id, run_id, turn, gen_index) in export order.
+def row_ids(items: list[tuple[str, str | None, int | None, int | None, str]], *, gen0: bool = True) -> list[str]:
+    """Row ids for (prompt_id, run_id, turn, gen_index, sample_id) in export order.
 
     `_gen{N}` is the sample's own generation index (not a count of rows per prompt); a second
     sample with the same prompt, turn and index (another run) gets `@{run_id}` after it. Text
     formats (`gen0=False`) keep SpecForge's `{id}#turn{k}` and add `_gen{N}` only from N = 1.
+    Samples that share all of those within one run (a proxied session's branches: two next turns from one
+    history) each get `@{sample_id}`: with `@{run_id}`, or none, `tokview show` found both and named neither.
     """
-    seen: set[str] = set()
-    out = []
-    for prompt_id, run_id, turn, gen_index in items:
+
+    def plain(prompt_id: str, turn: int | None, gen_index: int | None) -> str:
         base = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
-        rid = f"{base}_gen{gen_index or 0}" if gen0 or gen_index else base
-        if rid in seen:
-            rid = f"{rid}@{run_id}"
-            n = 1
-            first = rid
-            while rid in seen:
-                n += 1
-                rid = f"{first}.{n}"
+        return f"{base}_gen{gen_index or 0}" if gen0 or gen_index else base
+
+    shared = Counter((plain(p, t, g), run) for p, run, t, g, _ in items)
+    seen: set[str] = set()
+    bases: set[str] = set()
+    out = []
+    for prompt_id, run_id, turn, gen_index, sample_id in items:
+        base = plain(prompt_id, turn, gen_index)
+        if shared[(base, run_id)] > 1:
+            rid = f"{base}@{sample_id}"
+        else:
+            rid = base if base not in bases else f"{base}@{run_id}"
+        bases.add(base)
+        n, first = 1, rid
+        while rid in seen:  # a prompt id that itself ends `@run` (never a sample id: unique)
+            n += 1
+            rid = f"{first}.{n}"
         seen.add(rid)
         out.append(rid)
     return out

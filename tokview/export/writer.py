@@ -408,7 +408,9 @@ def _export_to(
     row_id_of = dict(
         zip(
             (i.sample_id for i in ids),
-            row_ids([(i.prompt_id, i.run_id, i.turn, i.gen_index) for i in ids], gen0=fmt.rows is Rows.IDS),
+            row_ids(
+                [(i.prompt_id, i.run_id, i.turn, i.gen_index, i.sample_id) for i in ids], gen0=fmt.rows is Rows.IDS
+            ),
         )
     )
     if fmt.preflight is not None:  # before anything is written (or a FIFO's reader is woken)
