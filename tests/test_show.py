@@ -157,3 +157,20 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
     for row_id, sample_id in (("user@example.com_gen0", mailed), ("task_gen0@exp-v1.3", "v@k_gen0")):
         assert main(["show", "--db", str(db), row_id, "--json"]) == 0, capsys.readouterr().err
         assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
+
+
+def test_show_says_where_the_sample_sits_prompt_turn_generation_run(tmp_path, capsys, put, make_capture):
+    """A proxied sample's session and turn (its prompt id and turn) were in neither the text nor the JSON."""
+    db = tmp_path / "place.duckdb"
+    with Store(db) as store:
+        sample_id = put(store, "session:harness-1", make_capture(question="turn 2"), turn=2)
+    assert main(["show", sample_id, "--db", str(db), "--count", "1"]) == 0
+    assert "  prompt session:harness-1  turn 2  generation 0  run run1\n" in capsys.readouterr().out
+    assert main(["show", sample_id, "--db", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["prompt_id"], shown["turn"], shown["gen_index"], shown["run_id"]) == (
+        "session:harness-1",
+        2,
+        0,
+        "run1",
+    )

@@ -80,6 +80,15 @@ def _first_few(sample_ids: list[str]) -> str:
     return first_of([printable_line(n) for n in sample_ids])
 
 
+def _place(stored: StoredSample) -> str:
+    """`prompt P  turn 2  generation 0  run R`: where the sample sits (a proxied sample's prompt id is its session)."""
+    turn = "" if stored.turn is None else f"  turn {stored.turn}"
+    return (
+        f"prompt {printable_line(stored.prompt_id)}{turn}  generation {stored.gen_index or 0}  "
+        f"run {printable_line(stored.run_id or '?')}"
+    )
+
+
 def _row_id_parses(given: str) -> list[tuple[str, int | None, int, str | None]]:
     """Every (prompt id, turn, generation index, run) an exported row id `{prompt}[#turn{t}][_gen{g}][@{run}[.N]]`
     (`export.formats.row_ids`; `@{sample id}` in the run's place) may stand for, the most suffixes read first: a
@@ -150,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {
             "sample_id": stored.sample_id,
+            "prompt_id": stored.prompt_id,  # a proxied sample's session, a chain's conversation
+            "turn": stored.turn,
+            "gen_index": stored.gen_index,
+            "run_id": stored.run_id,
             "status": stored.status,
             "valid": analysis.valid,
             "tokenizer": {"source": tokenizer.name, "loaded_by": tokenizer.loaded_by},
@@ -233,6 +246,7 @@ def render(
         f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
         f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
         f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",
+        f"  {_place(stored)}",
         *review_lines(stored),
         "segments:",
     ]
