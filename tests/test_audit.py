@@ -568,3 +568,30 @@ def test_reasoning_audited_with_thinking_off_is_said_not_blamed_on_a_servers_par
     assert report.reasoning_dropped == [1]
     assert "1 rows carry reasoning, audited with thinking off: no ids hold it (line 1)" in report.render()
     assert "parser_split_mismatch" not in codes["reasons"], codes
+
+
+def test_the_turns_tokviews_own_exports_name_are_the_audited_samples_turns(tmp_path):
+    """Audit numbered a speculators or Parquet row's turn by nothing (its `metadata.turn`, its `turn` column unread)
+    and a trajectory row's answers from 0, so a row split at a break named its turn 4 `#turn0`, and `tokview show`
+    of an exported row id found nothing in the audited store."""
+    with Store(tmp_path / "src.duckdb") as src:
+        for t in (0, 3):
+            put(src, "chat", make_capture(question=f"turn {t}"), turn=t)
+        export(src, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=kimi(), profile=profile())
+        export(src, "parquet", tmp_path / "d.parquet", select="all", tokenizer=kimi(), profile=profile())
+    first, second = make_capture(), make_capture(answer="two")
+    ids = [*first.prompt_ids, *first.output_ids, *second.output_ids]
+    start, middle = len(first.prompt_ids), len(first.prompt_ids) + len(first.output_ids)
+    mask = [0] * start + [1] * len(first.output_ids) + [0] + [1] * (len(second.output_ids) - 1)
+    turns = [{"turn": 4, "output_span": [start, middle]}, {"turn": 5, "output_span": [middle + 1, len(ids)]}]
+    row = {"id": "chat_gen0_from_turn4", "primary_id": "chat", "input_ids": ids, "loss_mask": mask}
+    trajectory = _write(tmp_path / "traj.jsonl", [{**row, "metadata": {"turns": turns}}])
+    with Store(tmp_path / "a.duckdb") as store:
+        for data, name in ((tmp_path / "s.jsonl", "s"), (tmp_path / "d.parquet", "d"), (trajectory, "traj")):
+            audit(store, data, tokenizer=kimi(), profile=profile())
+            rows = store.samples_page(SampleFilter(run_id=f"audit-{name}"))
+            want = [4, 5] if name == "traj" else [0, 3]
+            assert sorted(store.load_sample(r.sample_id).turn for r in rows) == want, name
+    from tokview.cli import main
+
+    assert main(["show", "--db", str(tmp_path / "a.duckdb"), "chat#turn5_gen0", "--json"]) == 0

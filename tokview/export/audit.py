@@ -152,16 +152,42 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     ints = [int(i) for i in ids]
     raw = {k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")}
     finish = _finish_reasons(row, meta)
+    numbered = _turns_by_span(meta)
     if len(spans) <= 1:
         start, end = spans[0] if spans else (len(ids), len(ids))
         reason = finish.get((start, end), finish.get(None))
-        return prompt_id, index, [(None, _imported(ints[:start], ints[start:end], meta, raw, reason, last=True))]
+        turn = next((t for t in (meta.get("turn"), row.get("turn"), numbered.get((start, end))) if _is_turn(t)), None)
+        return prompt_id, index, [(turn, _imported(ints[:start], ints[start:end], meta, raw, reason, last=True))]
     turns: list[tuple[int | None, Capture]] = []
     for k, (start, end) in enumerate(spans):
         last = k == len(spans) - 1
         reason = finish.get((start, end), finish.get(None) if last else None)
-        turns.append((k, _imported(ints[:start], ints[start:end], meta, raw, reason, last=last)))
+        turns.append(
+            (numbered.get((start, end), k), _imported(ints[:start], ints[start:end], meta, raw, reason, last=last))
+        )
     return prompt_id, index, turns
+
+
+def _is_turn(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _turns_by_span(meta: dict[str, Any]) -> dict[tuple[int, int], int]:
+    """{(start, end): turn} of a trajectory row's answers (`metadata.turns`, each with its `turn` and `output_span`).
+    A row split at a break starts at a later turn, and its spans numbered from 0 named other turns than the store's:
+    the audited samples (and a row id looked up with `tokview show`) took `#turn0` for the conversation's turn 4."""
+    turns = meta.get("turns")
+    found: dict[tuple[int, int], int] = {}
+    for turn in turns if isinstance(turns, list) else ():
+        span = turn.get("output_span") if isinstance(turn, dict) else None
+        if (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(type(i) is int for i in span)
+            and _is_turn(turn.get("turn"))
+        ):
+            found[(span[0], span[1])] = turn["turn"]
+    return found
 
 
 def _finish_reasons(row: dict[str, Any], meta: dict[str, Any]) -> dict[tuple[int, int] | None, str]:
