@@ -63,3 +63,22 @@ def test_a_break_at_the_models_stop_id_says_the_template_ends_the_turn_otherwise
     plain = _chain(fam, extends=False, break_at=3, previous_len=9)
     [hit] = [f for f in analyze(plain, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
     assert "</think>" in hit.detail
+
+
+def test_a_break_inside_the_previous_turns_prompt_names_the_history_not_the_answer(kimi_tok, kimi_profile):
+    """Qwen3 with thinking off pre-fills an empty think block, and its template drops it from the history: every
+    chained turn broke inside the previous turn's prompt, and the finding named re-renders of an answer."""
+    from finding_family import Family
+
+    from tokview.core.analysis import analyze
+
+    question = [{"role": "user", "content": "What is 6 times 7?"}]
+    prompt = kimi_tok.render(question, template_kwargs={"thinking": True})
+    fam = Family(kimi_tok, kimi_profile, prompt, kimi_tok.encode("Six sevens."), kimi_tok.encode("42."), question)
+    before = _chain(fam, extends=False, break_at=5, previous_len=9, previous_prompt_len=6)
+    [hit] = [f for f in analyze(before, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
+    assert "history before that turn's answer otherwise than in that turn's prompt" in hit.detail
+    assert "</think>` the model never wrote" not in hit.detail
+    after = _chain(fam, extends=False, break_at=6, previous_len=9, previous_prompt_len=6)  # in its answer
+    [hit] = [f for f in analyze(after, fam.profile, fam.tok).findings if f.code == "session_prefix_break"]
+    assert "</think>` the model never wrote" in hit.detail

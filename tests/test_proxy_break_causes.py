@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tokview.core.profiles import get_profile
 from tokview.proxy.break_causes import harness_changes, served_of
 from tokview.proxy.recorder import prefix_break_finding
 from tokview.proxy.sessions import SessionBook, assistant_message, restore
@@ -87,7 +88,8 @@ def _place(book: SessionBook, prompt: list[int], output: list[int], messages: li
 
 
 def _detail(turn, prompt: list[int], messages: list[Any], kind: str = "vllm") -> str:
-    return prefix_break_finding(turn, prompt, None, messages=messages, server_kind=kind)["detail"]
+    kimi = get_profile("kimi-k2.5")
+    return prefix_break_finding(turn, prompt, None, messages=messages, profile=kimi, server_kind=kind)["detail"]
 
 
 def test_the_finding_names_the_harness_or_the_template_and_where() -> None:
@@ -109,7 +111,7 @@ def test_the_finding_names_the_harness_or_the_template_and_where() -> None:
     early = [*SYSTEM[:5], 7, *SYSTEM[6:], 1, 2, 3, 4, 5]
     turn = book.place(early, faithful)
     assert turn.break_at == 5
-    assert "the break is in the history before it" in _detail(turn, early, faithful)
+    assert "The template rendered the history before that turn's answer otherwise" in _detail(turn, early, faithful)
 
 
 def test_a_restarted_proxy_compares_with_the_answer_it_restored() -> None:

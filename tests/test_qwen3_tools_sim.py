@@ -143,3 +143,35 @@ def test_a_qwen3_prompt_without_tools_is_answered_in_text(qwen_tok_dir):
         plain = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()
     message = plain["choices"][0]["message"]
     assert message["content"] and not message.get("tool_calls")
+
+
+def test_qwen3_without_thinking_breaks_each_chained_turn_in_the_history_and_says_so(tmp_path, qwen_tok_dir):
+    """With thinking off Qwen3's prompt ends with an empty think block, which its template drops once the answer is
+    history: each chained turn breaks inside the previous turn's prompt. The finding named re-renders of the answer
+    (a `</think>` the model never wrote, reasoning dropped)."""
+    from tokview.cli import ExitCode, main
+    from tokview.store import Store
+
+    conversation = {
+        "id": "plain",
+        "messages": [
+            {"role": "user", "content": "What is 6 times 7?"},
+            {"role": "assistant", "content": "42."},
+            {"role": "user", "content": "And 18 times 3?"},
+            {"role": "assistant", "content": "54."},
+        ],
+    }
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(conversation) + "\n")
+    db = tmp_path / "q.duckdb"
+    args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
+    args += ["--max-new-tokens", "200", "--history", "served", "--tokenizer", str(qwen_tok_dir), "--no-thinking"]
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as sim:
+        assert main([*args, "--server", sim.url]) == ExitCode.OK
+    with Store(str(db)) as store:
+        [(detail, positions, prompt_len)] = store.query(
+            "SELECT f.detail, f.positions, p.prompt_len FROM findings f JOIN samples s USING (sample_id) "
+            "JOIN samples p ON p.turn = 0 WHERE f.code = 'session_prefix_break' AND s.turn = 1"
+        )
+    assert positions[0] < prompt_len
+    assert "history before that turn's answer otherwise than in that turn's prompt" in detail

@@ -183,6 +183,8 @@ def _chain_entry(
         before = [*parent.prompt_ids, *parent.output_ids]
         at = first_difference(before, capture.prompt_ids)
         entry.update(parent=parent_id, extends=at is None, break_at=at, previous_len=len(before))
+        if at is not None:
+            entry["previous_prompt_len"] = len(parent.prompt_ids)  # a break before its answer: not the answer's
         if at is not None and at < len(before):
             entry["previous_id"] = before[at]  # the finding shows both sides of the break
     if stop is not None:

@@ -1068,19 +1068,37 @@ def session_prefix_break(ctx: Context) -> Hit | None:
 
 
 def _rerender_causes(ctx: Context, previous: object, chain: JsonObject, at: int) -> str:
-    previous_len = chain.get("previous_len")
+    previous_len, prompt_len = chain.get("previous_len"), chain.get("previous_prompt_len")
     return rerender_causes(
-        ctx.profile, ctx.tokenizer, previous, previous_len if isinstance(previous_len, int) else None, at
+        ctx.profile,
+        ctx.tokenizer,
+        previous,
+        previous_len if isinstance(previous_len, int) else None,
+        at,
+        prompt_len if isinstance(prompt_len, int) else None,
     )
 
 
 def rerender_causes(
-    profile: ModelProfile, tokenizer: TokenizerAdapter | None, previous: object, previous_len: int | None, at: int
+    profile: ModelProfile,
+    tokenizer: TokenizerAdapter | None,
+    previous: object,
+    previous_len: int | None,
+    at: int,
+    previous_prompt_len: int | None = None,
 ) -> str:
     """What a template's re-render of the history changes, for this model's format: the think-tag list named a
     `</think>` to a gpt-oss chain, whose break is a call's header written in another order, and to a GLM chain
     that broke where the model's stop id was rendered as another end of turn. `previous`: the id the earlier turn
-    has at the break, `previous_len` its prompt + output length (a batch chain's and a proxied session's alike)."""
+    has at the break, `previous_len` its prompt + output length, `previous_prompt_len` its prompt's (a batch chain's
+    and a proxied session's alike): a break inside that prompt is no re-render of the answer (Qwen3 with thinking
+    off drops the empty think block it pre-filled, and every chained turn broke with the answer's causes named)."""
+    if previous_prompt_len is not None and at < previous_prompt_len:
+        return (
+            "The template rendered the history before that turn's answer otherwise than in that turn's prompt (a "
+            "block it pre-filled dropped once it is history, as Qwen3's empty think block with thinking off; a "
+            "finished tool loop's reasoning dropped, as Kimi's)"
+        )
     at_its_end = previous_len is not None and at == previous_len - 1  # the previous turn's last id: its stop
     if isinstance(previous, int) and previous in profile.stop_ids and at_its_end:
         return (

@@ -326,15 +326,10 @@ def _why(
     if changes:
         return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
     faithful = f"The harness sent turn {compared}'s answer back as served"
-    if at < served.prompt_len:
-        return (
-            f"{faithful}; the break is in the history before it: the server's chat template rendered an earlier turn "
-            f"otherwise than in turn {compared}'s prompt (Kimi's drops a tool loop's reasoning once a plain answer "
-            "ends the loop)"
-        )
     if profile is None:
-        return f"{faithful}; the server's chat template rendered it otherwise than the model wrote it"
-    return f"{faithful}. {rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at)}"
+        return f"{faithful}; the server's chat template rendered the history otherwise than turn {compared} held it"
+    causes = rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at, served.prompt_len)
+    return f"{faithful}. {causes}"
 
 
 def _break(detail: str, at: int, prompt_ids: list[int]) -> dict[str, Any]:
