@@ -128,6 +128,33 @@ def test_a_conversation_whose_first_turn_is_left_out_says_so(recorded, tmp_path)
     }
     manifest = json.loads((tmp_path / "v.manifest.json").read_text())["trajectory"]
     assert (manifest["split_conversations"], manifest["breaks"]) == (1, 2)  # and turn 2's re-rendered prompt
+    assert manifest["late_starts"] == 1
+
+
+def test_the_summary_tells_a_late_start_from_a_split_and_names_a_manifest_only_when_written(
+    recorded, tmp_path, capsys
+) -> None:
+    """ "5 split at 6 breaks" read as five conversations in pieces where four only started at turn 1; and with
+    `--out -` the line sent the reader to a manifest that was never written."""
+    import shutil
+
+    shared, (t0, _, _) = recorded
+    db = tmp_path / "late.duckdb"
+    shutil.copy(shared, db)
+    with Store(db) as store:
+        store.record_verdict(t0["sample_id"], "rejected", reason="test")
+    capsys.readouterr()
+    assert (
+        main(["export", "--db", str(db), "--trajectory", "--select", "valid", "--out", str(tmp_path / "l.jsonl")]) == 0
+    )
+    said = capsys.readouterr().err + capsys.readouterr().out
+    assert "1 of them only start after turn 0" in said and "where: the manifest's" in said
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "tokview", "export", "--db", str(db), "--trajectory", "--select", "valid"]
+    streamed = subprocess.run([*argv, "--out", "-"], capture_output=True, text=True, check=True)
+    assert "1 of them only start after turn 0" in streamed.stderr and "manifest" not in streamed.stderr
 
 
 @pytest.mark.parametrize("fmt", ["sharegpt", "speculators"])  # speculators, the default, was taken for no --format

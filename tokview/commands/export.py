@@ -238,10 +238,13 @@ def summary(result: ExportResult) -> str:
     trajectory = result.table_section.get("trajectory")
     if trajectory:
         reasons = ", ".join(f"{n} {why}" for why, n in trajectory["breaks_by_reason"].items())
+        where = "; where: the manifest's trajectory.first_breaks" if result.manifest_path is not None else ""
+        late = trajectory.get("late_starts", 0)
         lines.append(
             f"trajectory: {trajectory['conversations']} conversations ({trajectory['turns']} turns) as "
             f"{trajectory['rows']} rows; {trajectory['split_conversations']} split at {trajectory['breaks']} breaks"
-            + (f" ({reasons}; where: the manifest's trajectory.first_breaks)" if reasons else "")
+            + (f" ({reasons}{where})" if reasons else "")
+            + (f"; {late} of them only start after turn 0 (their first turns not in the selection)" if late else "")
         )
     if result.by_tag:
         lines.append("by tag: " + ", ".join(f"{n} {printable_line(tag)}" for tag, n in result.by_tag.items()))

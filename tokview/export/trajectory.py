@@ -75,6 +75,9 @@ class Trajectories:
     rows: int = 0
     turns: int = 0
     split_conversations: int = 0
+    late_starts: int = 0
+    """Of those, conversations whose first row starts after turn 0 (said as a `turn_missing` break at position 0):
+    one row each, unless they break again. "5 split at 6 breaks" read as five conversations in pieces, for one."""
     breaks: list[dict[str, Any]] = field(default_factory=list)
     row_lengths: list[int] = field(default_factory=list)
 
@@ -89,6 +92,7 @@ class Trajectories:
             "on_break": "split: the row ends before the turn whose prompt does not extend the previous turn's "
             "prompt + output ids, and the next row starts at that turn with its whole prompt (mask 0)",
             "split_conversations": self.split_conversations,
+            "late_starts": self.late_starts,
             "breaks": len(self.breaks),
             "breaks_by_reason": dict(sorted(by_reason.items())),
             "first_breaks": self.breaks[:MAX_LISTED_BREAKS],
@@ -150,6 +154,7 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
                 split = {"conversation": name, "run": run_id, "turn": turn, "position": 0, "reason": "turn_missing"}
                 summary.breaks.append(split)
                 summary.split_conversations += 1
+                summary.late_starts += 1
             rows = _Open(name, summary, split is not None)
             yield from rows.start(run_id, turn, split, sample_id, capture, calls)
             continue
