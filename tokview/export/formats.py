@@ -186,11 +186,12 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, int | None]:
 def row_ids(items: list[tuple[str, str | None, int | None, int | None, str]], *, gen0: bool = True) -> list[str]:
     """Row ids for (prompt_id, run_id, turn, gen_index, sample_id) in export order.
 
-    `_gen{N}` is the sample's own generation index (not a count of rows per prompt); a second
-    sample with the same prompt, turn and index (another run) gets `@{run_id}` after it. Text
-    formats (`gen0=False`) keep SpecForge's `{id}#turn{k}` and add `_gen{N}` only from N = 1.
-    Samples that share all of those within one run (a proxied session's branches: two next turns from one
-    history) each get `@{sample_id}`: with `@{run_id}`, or none, `tokview show` found both and named neither.
+    `_gen{N}` is the sample's own generation index (not a count of rows per prompt); samples with the same prompt,
+    turn and index from other runs get `@{run_id}` after it, all but the first run's by name (not the first in
+    export order: a trajectory and a speculators export of one store gave one sample two ids). Text formats
+    (`gen0=False`) keep SpecForge's `{id}#turn{k}` and add `_gen{N}` only from N = 1. Samples that share all of
+    those within one run (a proxied session's branches: two next turns from one history) each get `@{sample_id}`:
+    with `@{run_id}`, or none, `tokview show` found both and named neither.
     """
 
     def plain(prompt_id: str, turn: int | None, gen_index: int | None) -> str:
@@ -198,16 +199,17 @@ def row_ids(items: list[tuple[str, str | None, int | None, int | None, str]], *,
         return f"{base}_gen{gen_index or 0}" if gen0 or gen_index else base
 
     shared = Counter((plain(p, t, g), run) for p, run, t, g, _ in items)
+    owner: dict[str, str] = {}  # the run whose sample gets the bare id: the first by name
+    for base, run in shared:
+        owner[base] = min(owner.get(base, run or ""), run or "")
     seen: set[str] = set()
-    bases: set[str] = set()
     out = []
     for prompt_id, run_id, turn, gen_index, sample_id in items:
         base = plain(prompt_id, turn, gen_index)
         if shared[(base, run_id)] > 1:
             rid = f"{base}@{sample_id}"
         else:
-            rid = base if base not in bases else f"{base}@{run_id}"
-        bases.add(base)
+            rid = base if (run_id or "") == owner[base] else f"{base}@{run_id}"
         n, first = 1, rid
         while rid in seen:  # a prompt id that itself ends `@run` (never a sample id: unique)
             n += 1
