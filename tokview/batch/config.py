@@ -329,6 +329,10 @@ class BatchSummary:
     skipped: int = 0
     resumed: int = 0
     """Skipped because the sample was already in the store."""
+    resumed_from: str | None = None
+    """Whose answers the samples already stored are, when not this server kind's in this run (`run_record.
+    stored_elsewhere`): a sample is its prompt, settings and index, whichever server answered it, so `--run sg` or
+    the same command against an SGLang server stored nothing into a vLLM store and said only "already stored"."""
     duplicates: int = 0
     """Skipped because an earlier input row had the same prompt id."""
     bad_rows: list[str] = field(default_factory=list)
@@ -397,6 +401,11 @@ class BatchSummary:
             f"  flagged (error findings) {self.flagged}{self._flagged_codes()}, truncated {self.truncated}; "
             f"{self.output_tokens} output tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
         ]
+        if self.resumed and self.resumed_from:
+            lines.append(
+                f"  note: the {self.resumed} already stored are {self.resumed_from}: a sample is its prompt, settings "
+                "and index, whichever run or server answered it (another --db, or other settings, stores new answers)"
+            )
         if self.ok and self.flagged == self.ok:  # exit 0, and every export after it refused "no samples match"
             lines.append(
                 f"  note: all {self.ok} sample(s) stored have an error finding: an export's default selection (valid) "

@@ -23,7 +23,7 @@ from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.preload import probe, release
-from tokview.batch.run_record import check_run_provenance
+from tokview.batch.run_record import check_run_provenance, stored_elsewhere
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
@@ -111,6 +111,7 @@ async def resume_shortcut(
         servers=servers,
         skipped=work.resumed + work.duplicates + len(work.bad),
         elapsed_s=time.monotonic() - started,
+        resumed_from=stored_elsewhere(store, run_id, servers) if work.resumed else None,
     )
     if work.chain_left:  # chains an earlier run stored up to where they stopped
         summary.chain_stopped, summary.chain_stops = work.chain_left, {EARLIER_STOP: work.chain_left}

@@ -60,6 +60,20 @@ class RunRecord:
         )
 
 
+def stored_elsewhere(store: Store, run_id: str, servers: list[dict[str, Any]]) -> str | None:
+    """Whose the samples a plan found already stored are, when they are not this run's answers from a server of this
+    kind: "other runs' samples" for a run the store does not hold yet, "answers of vllm (run R)" for a run recorded
+    against other server kinds; None when the run is this one's."""
+    run = store.run(run_id)
+    if run is None:
+        return "other runs' samples"
+    recorded = {s.get("kind") for s in run.get("server_info") or () if isinstance(s, dict)} - {None}
+    kinds = {s.get("kind") for s in servers if isinstance(s, dict)} - {None}
+    if recorded and kinds and recorded.isdisjoint(kinds):
+        return f"answers of {', '.join(sorted(map(str, recorded)))} (run {run_id}), not of this {', '.join(sorted(kinds))} server"
+    return None
+
+
 def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any], template_hash: str | None = None) -> None:
     """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost.
 

@@ -35,6 +35,7 @@ from tokview.batch.chains import EARLIER_STOP, ChainItem, chains_stopped, split_
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary, split_flagged
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.legacy_runs import run_id_for
+from tokview.batch.run_record import stored_elsewhere
 from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
@@ -309,6 +310,11 @@ async def _run(
         duplicates=work.duplicates,
         bad_rows=work.bad,
         servers=scrub(pool.server_info()),
+        resumed_from=(
+            stored_elsewhere(store, run_id, pool.server_info())
+            if work.resumed and not isinstance(store, LandingChild)
+            else None
+        ),
     )
     started = time.monotonic()
     skipped = work.resumed + work.duplicates + len(work.bad)
