@@ -595,3 +595,16 @@ def test_the_turns_tokviews_own_exports_name_are_the_audited_samples_turns(tmp_p
     from tokview.cli import main
 
     assert main(["show", "--db", str(tmp_path / "a.duckdb"), "chat#turn5_gen0", "--json"]) == 0
+
+
+def test_a_re_audit_says_what_an_earlier_audit_stored_that_it_did_not(tmp_path):
+    """Rows the file no longer has (or rows a newer tokview names otherwise: a turn its own exports name) stayed in
+    the run beside the new samples, and the report said nothing of them."""
+    rows = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": "ok"}]} for q in "abc"]
+    data = _write(tmp_path / "d.jsonl", rows)
+    with Store(tmp_path / "a.duckdb") as store:
+        assert audit(store, data, tokenizer=kimi(), profile=profile()).stale == 0
+        _write(tmp_path / "d.jsonl", rows[:2])
+        again = audit(store, data, tokenizer=kimi(), profile=profile())
+    assert again.stale == 1
+    assert "note: 1 samples of an earlier audit of this file were not audited again" in again.render()

@@ -147,7 +147,8 @@ def test_the_summary_tells_a_late_start_from_a_split_and_names_a_manifest_only_w
     assert (
         main(["export", "--db", str(db), "--trajectory", "--select", "valid", "--out", str(tmp_path / "l.jsonl")]) == 0
     )
-    said = capsys.readouterr().err + capsys.readouterr().out
+    captured = capsys.readouterr()
+    said = captured.err + captured.out
     assert "1 of them only start after turn 0" in said and "where: the manifest's" in said
     import subprocess
     import sys

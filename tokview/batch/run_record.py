@@ -70,7 +70,7 @@ def stored_elsewhere(store: Store, run_id: str, servers: list[dict[str, Any]]) -
     recorded = {s.get("kind") for s in run.get("server_info") or () if isinstance(s, dict)} - {None}
     kinds = {s.get("kind") for s in servers if isinstance(s, dict)} - {None}
     if recorded and kinds and recorded.isdisjoint(kinds):
-        return f"answers of {', '.join(sorted(map(str, recorded)))} (run {run_id}), not of this {', '.join(sorted(kinds))} server"
+        return f"answers of {', '.join(sorted(map(str, recorded)))} (run {run_id}), not of this {', '.join(sorted(map(str, kinds)))} server"
     return None
 
 

@@ -31,7 +31,7 @@ from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import server_tool_calls
 from tokview.errors import TokviewError, UserError, first_line
 from tokview.export.rerender import with_tools
-from tokview.store import Store
+from tokview.store import SampleFilter, Store
 from tokview.untrusted_text import has_lone_surrogate, printable_line, storable
 from tokview.wording import first_of
 
@@ -54,6 +54,9 @@ class AuditReport:
     the thinking-off render has no place for it, so it is in none of the audited ids."""
     text_differs: list[int] = field(default_factory=list)
     """Lines of speculators rows whose `text` is not their `input_ids` decoded (`text_of_ids_differs`)."""
+    stale: int = 0
+    """Samples an earlier audit of the dataset stored that this one did not (rows the file no longer has, or rows
+    this tokview names otherwise: a turn tokview's own exports name): they stay beside the new ones."""
 
     def render(self) -> str:
         lines = [
@@ -78,6 +81,12 @@ class AuditReport:
             )
         if self.review_reset:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
+        if self.stale:
+            lines.append(
+                f"  note: {self.stale} samples of an earlier audit of this file were not audited again (rows it no "
+                "longer has, or rows this tokview names otherwise): they stay in the run beside the new ones; "
+                "--name NEW audits the file afresh"
+            )
         for code, n in self.by_code.most_common():
             lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
         if self.by_code.get("unknown_token_id"):
@@ -159,12 +168,13 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
         turn = next((t for t in (meta.get("turn"), row.get("turn"), numbered.get((start, end))) if _is_turn(t)), None)
         return prompt_id, index, [(turn, _imported(ints[:start], ints[start:end], meta, raw, reason, last=True))]
     turns: list[tuple[int | None, Capture]] = []
+    number = -1
     for k, (start, end) in enumerate(spans):
         last = k == len(spans) - 1
         reason = finish.get((start, end), finish.get(None) if last else None)
-        turns.append(
-            (numbered.get((start, end), k), _imported(ints[:start], ints[start:end], meta, raw, reason, last=last))
-        )
+        # a span the metadata does not name (mask runs that touch merge into one): the turn after the one before
+        number = numbered.get((start, end), number + 1)
+        turns.append((number, _imported(ints[:start], ints[start:end], meta, raw, reason, last=last)))
     return prompt_id, index, turns
 
 
@@ -403,6 +413,8 @@ def audit(
     )
     if earlier is None and not report.imported:
         store.forget_empty_run(report.run_id)
+    elif earlier is not None:
+        report.stale = max(0, store.count_samples(SampleFilter(run_id=report.run_id)) - report.imported)
     return report
 
 

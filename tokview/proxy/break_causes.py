@@ -57,26 +57,30 @@ def served_of(answer: dict[str, Any] | None, messages: list[Any] | None, prompt_
     )
 
 
-def harness_changes(served: Served, messages: list[Any], server_kind: str | None) -> list[str]:
+def harness_changes(served: Served, messages: list[Any], server_kind: str | None) -> list[str] | None:
     """What the request's copy of the answer changed, in words ("dropped its reasoning", …); [] when it sent it back
-    as served (or holds no assistant message where the answer goes: nothing to compare)."""
+    as served; None when it holds no assistant message where the answer goes (nothing to compare: a retry placed
+    against another branch's turn)."""
     sent = messages[served.at] if served.at < len(messages) else None
     if not isinstance(sent, dict) or sent.get("role") != "assistant":
-        return []
+        return None
     said: list[str] = []
     if served.reasoning is not None:
         kept = {f: v for f in REASONING_FIELDS if isinstance(v := sent.get(f), str) and v}
-        if not kept:
+        if server_kind == SGLANG and "reasoning" in kept:  # SGLang reads `reasoning_content` only
+            kept.pop("reasoning")
+            if not kept:
+                said.append(
+                    "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)"
+                )
+        elif not kept:
             said.append("dropped its reasoning")
-        elif server_kind == SGLANG and "reasoning_content" not in kept:
-            said.append(
-                "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)"
-            )
-        elif all(_digest(v) != served.reasoning for v in kept.values()):
+        if kept and all(_digest(v) != served.reasoning for v in kept.values()):
             said.append("re-wrote its reasoning")
     if _digest(_text(sent.get("content"))) != served.content:
         said.append("changed its content (the whitespace around it)")
-    sent_calls = [c for c in sent.get("tool_calls") or () if isinstance(c, dict)]
+    calls = sent.get("tool_calls")
+    sent_calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
     renumbered = [(c.get("id"), own) for (own, _), c in zip(served.calls, sent_calls) if c.get("id") != own]
     if renumbered:
         first, own = renumbered[0]

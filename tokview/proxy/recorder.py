@@ -317,19 +317,28 @@ def _why(
     """What broke the prefix: the harness's changes to turn `compared`'s answer when it made any; else, the answer
     sent back as served, the template's re-render (before the answer: of an earlier turn)."""
     served = turn.previous_served
-    if served is None or not messages:  # nothing to compare (a completions prompt, a turn restored without it)
+    changes = harness_changes(served, messages, server_kind) if served is not None and messages else None
+    if served is None or changes is None:  # nothing to compare (a completions prompt, no answer where it goes)
         return (
             "The harness or the server's chat template re-rendered the history (reasoning dropped, content or "
             "arguments re-serialised, call ids renumbered)"
         )
-    changes = harness_changes(served, messages, server_kind)
+    also = (
+        f"; it also changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}" if changes else ""
+    )
+    if at < served.prompt_len:  # before the answer: no change to the answer broke it
+        return (
+            f"The break is in the history before turn {compared}'s answer: the server's template rendered it otherwise "
+            f"than in turn {compared}'s prompt (a block it pre-filled dropped once it is history; a finished tool "
+            "loop's reasoning dropped, as Kimi's), or the harness changed an earlier message's reasoning, call ids or "
+            f"whitespace{also}"
+        )
     if changes:
         return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
     faithful = f"The harness sent turn {compared}'s answer back as served"
     if profile is None:
         return f"{faithful}; the server's chat template rendered the history otherwise than turn {compared} held it"
-    causes = rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at, served.prompt_len)
-    return f"{faithful}. {causes}"
+    return f"{faithful}. {rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at)}"
 
 
 def _break(detail: str, at: int, prompt_ids: list[int]) -> dict[str, Any]:

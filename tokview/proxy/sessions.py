@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tokview.core.prefix_memo import pack_int32
-from tokview.proxy.break_causes import Served, served_of
+from tokview.proxy.break_causes import Served, harness_changes, served_of
 from tokview.proxy.prefix_index import PrefixGroup
 
 if TYPE_CHECKING:
@@ -625,7 +625,7 @@ class SessionBook:
                 if h.session_id == head.session_id and h.turn > head.turn and h.sequence[: len(line)] == line
             ]
             if later:
-                return next((h for h in reversed(later) if not h.continued), later[-1])
+                return self._closest(later, messages)
         return None
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
@@ -638,8 +638,23 @@ class SessionBook:
         for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues
             heads = [h for h in self._by_messages.get(key, ()) if _of(h, session_id)]
             if heads:
-                return next((h for h in reversed(heads) if not h.continued), heads[-1])
+                return self._closest(heads, messages)
         return None
+
+    def _closest(self, heads: list[_Head], messages: list[Any]) -> _Head:
+        """Of kept turns whose messages plus answer the request's messages continue, the one it goes on from: the one
+        sharing the most ids with its prompt, then the one whose answer it sent back as served, then the newest no
+        turn continues yet, then the newest. Messages leave reasoning and call ids out, so two rollouts of one task (or
+        the choices of one request) share them: the newest alone put a rollout's next turn after its twin's, and its
+        break finding compared its answer with the twin's (call ids "renumbered" that were never changed)."""
+        packed = self._placed.packed if self._placed is not None else None
+
+        def closeness(h: _Head) -> tuple[int, bool, bool, int]:
+            shared = _first_difference(packed, h.sequence) if packed is not None and h.int32 else 0
+            faithful = h.served is not None and harness_changes(h.served, messages, None) == []
+            return (shared, faithful, not h.continued, h.order)
+
+        return max(heads, key=closeness)
 
 
 def _of(head: _Head, session_id: str) -> bool:
