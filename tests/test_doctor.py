@@ -516,3 +516,21 @@ async def test_a_server_that_never_answers_is_asked_every_info_endpoint_at_once(
     assert set(INFO_PATHS) <= set(arrived), arrived
     first = min(arrived.values())
     assert all(arrived[p] - first < 1.5 for p in INFO_PATHS), arrived  # one round, not a second after a timeout
+
+
+async def test_a_server_that_stops_answering_leaves_no_clean_bill(kimi_tok: Any) -> None:
+    """A server that answered its first generations and then stalled: the later checks were skipped ("timed out"),
+    and the doctor still said "no blocking problems" and exited 0, so `doctor && batch` let it through."""
+    from gated_sim import gated
+
+    from tokview.servers.doctor import DoctorReport
+
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=2) as (url, gate):
+        try:
+            report: DoctorReport = await run_doctor(url, tokenizer=kimi_tok, profile=KIMI, timeout=1.0, retries=0)
+        finally:
+            gate.open()
+    assert not report.failed and report.incomplete, [(c.title, c.status) for c in report.checks]
+    assert report.to_dict()["ok"] is False and report.to_dict()["gave_up"]
+    verdict = report.render_text().splitlines()[-1]
+    assert verdict.startswith("checks could not run: the server failed") and "no blocking problems" not in verdict

@@ -61,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
         print(stdout_json(report.to_dict()))
     else:
         print(report.render_text())
-    return ExitCode.FAILURES if report.failed else ExitCode.OK
+    return ExitCode.FAILURES if report.failed or report.incomplete else ExitCode.OK

@@ -59,10 +59,17 @@ class DoctorReport:
     """What tokview changed about the URL it was given (e.g. a dropped trailing /v1)."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """Masked in everything the report prints: any field may quote the server, which may echo them."""
+    gave_up: list[str] = field(default_factory=list)
+    """The requests the doctor gave up on (timed out, 5xx, connection lost, past the retries)."""
 
     @property
     def failed(self) -> bool:
         return any(c.status == "fail" for c in self.checks)
+
+    @property
+    def incomplete(self) -> bool:
+        """Checks were skipped while the server gave up on requests: no clean bill, whatever else passed."""
+        return bool(self.gave_up) and any(c.status == "skip" for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as data: secrets masked, and any lone surrogate a server sent written as its escape
@@ -80,7 +87,8 @@ class DoctorReport:
             "tokenizer": self.tokenizer_name,
             "max_model_len": self.info.max_model_len,
             "features": dict(self.info.features),
-            "ok": not self.failed,
+            "ok": not self.failed and not self.incomplete,
+            "gave_up": list(self.gave_up),
             "notes": list(self.notes),
             "checks": [c.to_dict() for c in self.checks],
         }
@@ -108,8 +116,19 @@ class DoctorReport:
             lines.append(ReportLine(f"{mark} {c.title}: {c.detail}", style))
             if c.recommendation:
                 lines.append(ReportLine(f"    → {c.recommendation}", "italic"))
-        verdict = "problems found (✗ above)" if self.failed else "no blocking problems"
-        lines += [ReportLine(""), ReportLine(verdict, "bold red" if self.failed else "bold green")]
+        if self.failed:
+            verdict = "problems found (✗ above)"
+        elif self.incomplete:
+            verdict = (
+                f"checks could not run: the server failed {len(self.gave_up)} request(s) past their retries "
+                f"({self.gave_up[0]}); run the doctor again once it answers"
+            )
+        else:
+            verdict = "no blocking problems"
+        lines += [
+            ReportLine(""),
+            ReportLine(verdict, "bold green" if verdict == "no blocking problems" else "bold red"),
+        ]
         return [ReportLine(printable_line(scrub(line.text)), line.style) for line in lines]
 
     def render_text(self) -> str:
@@ -230,6 +249,7 @@ async def run_doctor(
             checks=ctx.checks,
             notes=list(dict.fromkeys([*notes, *client.notes])),
             secrets=client.secrets,
+            gave_up=ctx.policy_gave_up,  # filled as the checks run
         )
         await run_checks(ctx)
         return report

@@ -7,7 +7,7 @@ it and neither imports the other's internals.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokview.core.analysis import analyze
@@ -20,7 +20,7 @@ from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import ServerChoice, choose
 from tokview.servers.request import CaptureRequest, resolve_settings
-from tokview.servers.retry import RetryPolicy
+from tokview.servers.retry import GaveUp, RetryPolicy
 
 T = TypeVar("T")
 
@@ -54,6 +54,26 @@ class DoctorCheck:
 
 
 @dataclass
+class CountingPolicy(RetryPolicy):
+    """The doctor's retry policy: any policy's, and every request it gave up on (timed out, 5xx, the connection
+    lost, past the retries) noted in `gave_up`. A server that stalled after its first answers had its later checks
+    skipped, and the doctor said "no blocking problems" and exited 0: a `doctor && batch` gate let it through."""
+
+    gave_up: list[str] = field(default_factory=list)
+
+    async def run(self, attempt_fn: Callable[[], Awaitable[T]], on_retryable: Callable[[Any], None] | None = None) -> T:
+        try:
+            return await super().run(attempt_fn, on_retryable)
+        except GaveUp as exc:
+            self.gave_up.append(exc.reason)
+            raise
+
+    @classmethod
+    def like(cls, policy: RetryPolicy) -> CountingPolicy:
+        return cls(**{f.name: getattr(policy, f.name) for f in fields(RetryPolicy)})
+
+
+@dataclass
 class DoctorContext:
     """The running doctor, as a check sees it: ask the server (`raw`, `chat`), judge (`analysis`), say (`add`).
 
@@ -70,10 +90,14 @@ class DoctorContext:
     settings: dict[str, Any] = field(init=False)
     request: CaptureRequest = field(init=False)
     choice: ServerChoice | None = field(init=False)
+    policy_gave_up: list[str] = field(init=False, default_factory=list)
+    """The requests the policy gave up on (`CountingPolicy`): the report's, to say which checks could not run."""
     ids_not_returned: bool = field(init=False, default=False)
     """A probe was answered without the id field it asked for (`IdsNotReturned`), not failed."""
 
     def __post_init__(self) -> None:
+        self.policy = counting = CountingPolicy.like(self.policy)
+        self.policy_gave_up = counting.gave_up
         self.settings = resolve_settings(
             {"temperature": 0.0, "max_new_tokens": 256, "thinking": self.thinking, "seed": 0}, self.profile
         )
