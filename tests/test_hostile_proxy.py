@@ -240,3 +240,16 @@ def test_a_redirect_is_followed_or_reported_as_a_redirect(sim, prompts, tmp_path
     for reason in summary["failure_examples"].values():
         assert "307" in reason or "redirect" in reason.lower(), reason
         assert "not JSON" not in reason, reason
+
+
+@pytest.mark.parametrize("mode", ["raw", "dual"])
+def test_a_gateway_that_changes_the_prompt_is_a_failure_not_a_sample_of_the_sent_ids(sim, prompts, tmp_path, mode):
+    """The raw path sends its own prompt ids and stored them as the prompt whatever the server echoed: a gateway that
+    changed one (here: dropped the first) made every output a continuation of another prompt, stored with no
+    finding, exit 0."""
+    db = tmp_path / "s.duckdb"
+    with hostile_proxy(sim.url, "prompt-ids-shifted", None) as proxy:
+        done = run_batch(proxy_url(proxy), prompts, db, "--mode", mode, retries=0)
+    summary = assert_balanced(done, db)
+    assert summary["failed"] == PROMPTS, summary
+    assert any("echoed other prompt ids than were sent" in r for r in summary["failures_by_reason"]), summary

@@ -21,7 +21,15 @@ from tokview.servers.errors import CaptureFailed, IdsNotReturned, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.shapes import finish_of, ids_of, logprob_fields, object_of, text_of, too_long_to_score
+from tokview.servers.shapes import (
+    check_prompt_echo,
+    finish_of,
+    ids_of,
+    logprob_fields,
+    object_of,
+    text_of,
+    too_long_to_score,
+)
 
 
 def generate_body(
@@ -80,6 +88,7 @@ def capture_from_generate(data: object, prompt_ids: list[int], *, where: str = "
             f"(upgrade SGLang, or start it with --skip-tokenizer-init)"
         )
     meta = object_of(data["meta_info"], where, "meta_info")
+    check_prompt_echo(where, prompt_ids, count=meta.get("prompt_tokens"))
     raw_finish = meta.get("finish_reason")
     finish, matched = finish_of(raw_finish, where)
     if finish == "abort":  # {"type": "abort", "message": ...}, or a bare "abort" from some builds

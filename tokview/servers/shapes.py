@@ -110,6 +110,24 @@ def first_choice(answer: object) -> dict[str, Any]:
     return {}
 
 
+def check_prompt_echo(where: str, sent: list[int], echoed: object = None, count: object = None) -> None:
+    """Refuse an answer whose server says it read another prompt than the ids sent: the ids it echoed
+    (`prompt_token_ids`) or the count it reports (SGLang's `meta_info.prompt_tokens`). A gateway in between that
+    rewrote the prompt made the output a continuation of ids the sample would not hold, and the raw path stored the
+    sent ids as the prompt with no finding. Asking again gets the same answer: CaptureFailed, not Retryable."""
+    if type(echoed) is list and echoed != sent:
+        at = next((k for k, (a, b) in enumerate(zip(sent, echoed)) if a != b), min(len(sent), len(echoed)))
+        raise CaptureFailed(
+            f"{where} echoed other prompt ids than were sent (first at position {at} of {len(sent)}; "
+            f"{len(echoed)} echoed): something changed the prompt on its way, and nothing was recorded"
+        )
+    if type(count) is int and count != len(sent):
+        raise CaptureFailed(
+            f"{where} says it read {count} prompt ids where {len(sent)} were sent: something changed the prompt on "
+            "its way, and nothing was recorded"
+        )
+
+
 def int_list(value: object) -> list[int] | None:
     """`value` when it is a list of ints (bools are not ids), else None: for probes, which never raise."""
     return value if _all_ints(value) else None

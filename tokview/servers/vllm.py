@@ -23,6 +23,7 @@ from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
 from tokview.servers.shapes import (
+    check_prompt_echo,
     finish_of,
     first_choice,
     ids_of,
@@ -370,6 +371,7 @@ class VllmCompletions(Backend):
                 url=client.url,
             )
         output = ids_of(output, where, "token_ids")
+        check_prompt_echo(where, prompt_ids, echoed=choice.get("prompt_token_ids"))
         finish, _ = finish_of(choice.get("finish_reason"), where)
         try:
             found = (
