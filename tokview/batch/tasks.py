@@ -8,6 +8,7 @@ the writer; no task may outlive the run), and `tokview batch` and `tokview score
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -55,13 +56,35 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def cancel_on_signals(cancel: asyncio.Event) -> None:
-    """Ctrl-C and SIGTERM set `cancel` instead of raising inside a request, so the run can end cleanly."""
+    """Ctrl-C and SIGTERM set `cancel` instead of raising inside a request, so the run can end cleanly; a second one
+    leaves at once (`_leave_now`)."""
     loop = asyncio.get_running_loop()
+
+    def first(number: int) -> None:
+        cancel.set()
+        try:  # the next one at the C level: the run's last landing may be waiting for a store another program holds
+            signal.signal(number, _leave_now)
+        except (ValueError, OSError):
+            pass
+
     try:
-        loop.add_signal_handler(signal.SIGINT, cancel.set)
-        loop.add_signal_handler(signal.SIGTERM, cancel.set)
+        loop.add_signal_handler(signal.SIGINT, first, signal.SIGINT)
+        loop.add_signal_handler(signal.SIGTERM, first, signal.SIGTERM)
     except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
         pass
+
+
+def _leave_now(signum: int, frame: object) -> None:
+    """A second Ctrl-C or SIGTERM while the run ends: leave now, exit 130 (143). What the writers wrote is in parts on
+    disk, which the next command on the store lands (a kill at any point loses only requests in flight, and resumes
+    redo them); the last landing waited up to TOKVIEW_STORE_WAIT_S for a store another program held, and a second
+    Ctrl-C was taken as the first again, unanswered."""
+    os.write(
+        2,
+        b"\ntokview: leaving now: what was written is kept in parts the next command on this store lands; "
+        b"a resume generates the rest\n",
+    )
+    os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM)
 
 
 async def run_workers(workers: Sequence[asyncio.Task[object]], cancel: asyncio.Event | None) -> bool:
