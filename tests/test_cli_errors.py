@@ -146,6 +146,13 @@ def test_a_duckdb_file_whose_schema_version_tokview_did_not_write_is_refused_in_
     err = capsys.readouterr().err
     assert "not a tokview store" in err and err.count("\n") == 1, err
     assert db.read_bytes() == before
+    with duckdb.connect(str(db)) as conn:  # with the tables merge reads: it compared the text with a number (exit 70)
+        conn.execute("CREATE TABLE runs (run_id VARCHAR)")
+    before = db.read_bytes()
+    assert main(["merge", str(db), "--into", str(tmp_path / "into.duckdb")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "is not a tokview store" in err and "internal error" not in err and err.count("\n") == 1, err
+    assert db.read_bytes() == before
 
 
 def test_a_refused_path_is_said_on_one_line_whatever_it_holds(tmp_path, capsys, monkeypatch):

@@ -201,7 +201,12 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
     if not {"schema_version", "samples", "runs"} <= tables:
         raise MergeRefused(f"{source} is not a tokview store")
     row = conn.execute("SELECT max(version) FROM src.schema_version").fetchone()
-    version = (row[0] if row else 0) or 0
+    try:
+        version = int((row[0] if row else 0) or 0)
+    except (TypeError, ValueError):  # another tool's version text: "'>' not supported", an internal error (exit 70)
+        raise MergeRefused(
+            f"{source} is not a tokview store (its schema_version holds no version tokview wrote)"
+        ) from None
     if version > LATEST_VERSION:  # its rows may hold what this tokview cannot read (see schema.py)
         raise MergeRefused(
             f"{source} was written by a newer tokview (schema version {version}; this one understands "
