@@ -448,3 +448,54 @@ def test_sigkill_to_the_whole_group_keeps_the_answers_clients_already_have(tmp_p
     with Store(db) as store:
         rows = store.query("SELECT messages FROM samples ORDER BY created_at")
     assert [f"question {n}" in r[0] for n, r in enumerate(rows)] == [True] * 3
+
+
+def test_a_kill_of_the_proxy_and_its_recorder_together_loses_no_answer_a_client_has(tmp_path):
+    """`docker kill` or a cgroup's out-of-memory kill ends both processes at once: the answers the recorder had taken
+    and not yet written as a part were lost though their clients had them (2-4 a kill). The recorder writes each to
+    a journal in the spool folder as it arrives; the next start on the store records what was not stored, each once,
+    and a client's credentials are on no disk."""
+    db = tmp_path / "j.duckdb"
+    secret = "client-key-4f9a2c7e1b"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        for start in range(2):
+            port = _free_port()
+            proc = _proxy(sim.url, db, f"127.0.0.1:{port}")
+            url = f"http://127.0.0.1:{port}"
+            children: list[int] = []
+            try:
+                _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                children = _children(proc.pid)
+                if start == 1:  # the second start recorded the first's leftovers before it listened
+                    break
+                for n in range(3):
+                    body = {
+                        "model": sim.cfg.model_name,
+                        "messages": [{"role": "user", "content": f"question {n}"}],
+                        "max_tokens": 8,
+                    }
+                    headers = {"Authorization": f"Bearer {secret}"}
+                    answer = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+                    assert answer.status_code == 200
+                time.sleep(0.05)  # the recorder took the last answer off its pipe (it writes parts 0.15 s later)
+                spool = next(tmp_path.glob(".tokview-proxy-spool-*"))
+                journals = list(spool.glob("spool-c*"))
+                assert journals and all(secret.encode() not in p.read_bytes() for p in journals)
+                for pid in [proc.pid, *children]:
+                    os.kill(pid, signal.SIGKILL)
+            finally:
+                if start == 1:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(30)
+                for pid in [proc.pid, *children]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                proc.wait()
+    with Store(db) as store:
+        rows = store.query("SELECT messages, sample_id FROM samples ORDER BY sample_id")
+    assert sorted(n for n in range(3) for r in rows if f"question {n}" in r[0]) == [0, 1, 2], rows
+    assert not list(tmp_path.glob(".tokview-proxy-spool-*"))
+    assert secret.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

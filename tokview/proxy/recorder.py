@@ -596,7 +596,8 @@ class Recorder:
             "samples are recorded under the probe's name)."
         )
 
-    def _next_id(self) -> str:
+    def next_id(self) -> str:
+        """The run's next sample id (the recorder child's journal names an answer before it is recorded)."""
         return f"proxy:{self.run_id}:{next(self._seq):07d}"
 
     def _check(self) -> bool:
@@ -666,7 +667,7 @@ class Recorder:
         `parallel_to`: the turn of the first prompt of its request, when it is another one (`SessionBook.place`)."""
         if not self._check():
             return None
-        sample_id = sample_id or self._next_id()
+        sample_id = sample_id or self.next_id()
         if sibling_of is not None:  # the same prompt as its first choice: the same break, if any
             turn = sibling_of
         else:
@@ -712,7 +713,7 @@ class Recorder:
         if not self._check():
             return
         session = f"session:{named}" if named else (f"user:{user}" if user else f"proxy:{self.run_id}:unplaced")
-        self.writer.add_failure(_Item(sample_id or self._next_id(), session, None), reason, server)
+        self.writer.add_failure(_Item(sample_id or self.next_id(), session, None), reason, server)
         self.failed += 1
 
     def close(self, leave: bool = False) -> None:

@@ -477,15 +477,28 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
         return
     link.send(("ready",))
     spools = _SpoolReader(spec.spool_dir)
+    journal = _Journal(spec.spool_dir, spools)
     sent: tuple[Any, ...] = ()
     sent_at = time.monotonic()
     ended = False
+
+    def journaled(data: bytes, message: object) -> tuple[object, str | None]:
+        """A piped answer written to the journal as it arrives, under the id it is recorded with (kept too once
+        recording stopped: the next start records it); a spool's note as it came."""
+        if isinstance(message, (Finished, Failed)):
+            return message, journal.add(recorder.next_id(), data, message)
+        return message, None
+
     while not ended:
-        messages, ended = gather(jobs, COUNTS_EVERY_S)
-        for message in messages:
+        messages, ended = gather(jobs, COUNTS_EVERY_S, keep=journaled)
+        for message, journaled_as in messages:
+            if journaled_as is not None:
+                recorder.take(message, journaled_as)
+                continue
             item, sample_id = spools.item(message, spec.config.run_id, recorder.writer.handed)
             if item is not None:
                 recorder.take(item, sample_id)
+        journal.close(recorder.writer.handed)
         spools.remove_written(recorder)
         if ended:  # the parent closed the pipe or died: what came is recorded
             break
@@ -506,17 +519,31 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
 
 
 def gather(
-    jobs: Connection, wait_s: float, window_s: float = GATHER_S, most: int = GATHER_MAX
+    jobs: Connection,
+    wait_s: float,
+    window_s: float = GATHER_S,
+    most: int = GATHER_MAX,
+    *,
+    keep: Callable[[bytes, Any], Any] | None = None,
 ) -> tuple[list[Any], bool]:
     """What the pipe brings within `wait_s`, and then within `window_s` of the first message (at most `most`
-    messages); and whether the pipe ended (EOF: the parent closed it or died), with what came before kept."""
+    messages); and whether the pipe ended (EOF: the parent closed it or died), with what came before kept.
+    `keep(pickled bytes, message)`: what the list holds of each message, called as it arrives (the child's
+    journal writes an answer then, not after the window)."""
     messages: list[Any] = []
+
+    def receive() -> Any:
+        if keep is None:
+            return jobs.recv()
+        data = jobs.recv_bytes()
+        return keep(data, pickle.loads(data))
+
     try:
         if jobs.poll(wait_s):
-            messages.append(jobs.recv())
+            messages.append(receive())
             until = time.monotonic() + window_s
             while len(messages) < most and jobs.poll(max(0.0, until - time.monotonic())):
-                messages.append(jobs.recv())
+                messages.append(receive())
     except (EOFError, OSError):
         return messages, True
     return messages, False
@@ -576,6 +603,68 @@ class _SpoolReader:
     def remove(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Journaled:
+    """An answer the child took from the pipe, as its journal keeps it: the sample id it is recorded under and the
+    answer's pickled bytes (what `spool_folder.spooled` reads back as that id and item)."""
+
+    sample_id: str
+    data: bytes
+
+
+class _Journal:
+    """The answers each gather brought over the pipe, written to a spool file of the child's own before they are
+    recorded, and removed once the writer has written them as parts (`_SpoolReader.remove_written`).
+
+    Why: a kill of the forwarding process and its recorder together (`docker kill`, a cgroup's out-of-memory kill)
+    lost the answers the child had taken and not yet written as a part, though their clients had them (2-4 a kill).
+    The next start on the store records a dead proxy's spool files (`spool_folder.record_leftovers`); an answer
+    the child wrote before the kill is recorded again under the same sample id, which landing skips. A client's
+    credentials in an answer are written over with as many `*` (the pickle keeps its lengths), never put on disk.
+    Nothing is written without a spool folder, or once writing failed (a full disk: recorded as before)."""
+
+    def __init__(self, directory: str | None, spools: _SpoolReader) -> None:
+        self.directory, self.spools = directory, spools
+        self.number = 0
+        self.fd: int | None = None
+        self.path = ""
+        self.size = 0
+        self.failed = directory is None
+
+    def add(self, sample_id: str, data: bytes, item: Finished | Failed) -> str:
+        """Write the answer under `sample_id`; the id it is recorded under (the run's next, journaled or not)."""
+        if self.failed:
+            return sample_id
+        for secret in getattr(item, "client_secrets", ()):
+            raw = secret.encode("utf-8", "surrogateescape")
+            data = data.replace(raw, b"*" * len(raw))
+        record = pickle.dumps(Journaled(sample_id, data), protocol=pickle.HIGHEST_PROTOCOL)
+        framed = struct.pack("!i", len(record)) + record
+        try:
+            if self.fd is None:
+                assert self.directory is not None
+                self.number += 1
+                self.path = os.path.join(self.directory, f"{spool_folder.SPOOL_PREFIX}c{self.number:06d}")
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self.size = 0
+            if os.write(self.fd, framed) != len(framed):
+                raise OSError("the journal took only part of an answer")
+            self.size += len(framed)
+        except OSError:
+            self.failed = True  # recorded all the same, as before the journal
+        return sample_id
+
+    def close(self, handed: int) -> None:
+        """The gather's file is whole: removed once the writer has written `handed` items (its answers among them);
+        the child's end-of-run read of spool files skips it (`read_to`: read to its end)."""
+        if self.fd is None:
+            return
+        os.close(self.fd)
+        self.fd = None
+        self.spools.read_to[self.path] = self.size
+        self.spools.read_whole.append((self.path, handed))
 
 
 def _open(spec: ChildSpec, link: _Link) -> Any:

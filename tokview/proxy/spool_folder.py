@@ -131,9 +131,14 @@ def spooled(
     """(sample id, item) of every whole answer spooled in `directory`, in order, each file read from
     `start_of(its path)`: what a dead proxy left (`Leftover`), or what a child's parent spooled after its last
     note (`recorder_process`)."""
+    from tokview.proxy.recorder_process import Journaled  # the recorder child's journal keeps its own ids
+
     for path in spool_files(directory):
         for offset, item in records(path, start_of(path)):
-            yield spooled_id(run_id, path, offset), item
+            if isinstance(item, Journaled):
+                yield item.sample_id, pickle.loads(item.data)
+            else:
+                yield spooled_id(run_id, path, offset), item
 
 
 @dataclass
