@@ -153,6 +153,16 @@ def test_a_duckdb_file_whose_schema_version_tokview_did_not_write_is_refused_in_
     err = capsys.readouterr().err
     assert "is not a tokview store" in err and "internal error" not in err and err.count("\n") == 1, err
     assert db.read_bytes() == before
+    for table in ("schema_version (v INTEGER)", "schema_version (version DOUBLE)"):  # no `version`; an infinity
+        other = tmp_path / f"o{len(table)}.duckdb"
+        with duckdb.connect(str(other)) as conn:
+            conn.execute(f"CREATE TABLE {table}")
+            conn.execute("INSERT INTO schema_version VALUES ('inf')" if "DOUBLE" in table else "SELECT 1")
+            conn.execute("CREATE TABLE samples (x INTEGER)")
+            conn.execute("CREATE TABLE runs (run_id VARCHAR)")
+        assert main(["merge", str(other), "--into", str(tmp_path / "into.duckdb")]) == ExitCode.USAGE
+        err = capsys.readouterr().err
+        assert "not a tokview store" in err and "internal error" not in err, err
 
 
 def test_a_refused_path_is_said_on_one_line_whatever_it_holds(tmp_path, capsys, monkeypatch):

@@ -534,3 +534,17 @@ async def test_a_server_that_stops_answering_leaves_no_clean_bill(kimi_tok: Any)
     assert report.to_dict()["ok"] is False and report.to_dict()["gave_up"]
     verdict = report.render_text().splitlines()[-1]
     assert verdict.startswith("checks could not run: the server failed") and "no blocking problems" not in verdict
+
+
+def test_a_skip_for_another_reason_beside_a_failed_request_is_no_incomplete_report() -> None:
+    """A check skipped without --tokenizer beside a request the server failed once had the whole report called
+    incomplete: only a skip that quotes such a failure makes it so."""
+    from tokview.servers.doctor import DoctorCheck, DoctorReport
+    from tokview.servers.info import ServerInfo
+
+    report = DoctorReport(url="http://x", info=ServerInfo("http://x", kind="vllm"), profile=None, tokenizer_name=None)
+    report.gave_up.append("POST /v1/completions timed out (gave up after 1 attempt)")
+    report.checks.append(DoctorCheck("skip", "Local tokenizer", "skipped (needs --tokenizer)", ""))
+    assert not report.incomplete
+    report.checks.append(DoctorCheck("skip", "skip_special_tokens", f"skipped: {report.gave_up[0]}", ""))
+    assert report.incomplete

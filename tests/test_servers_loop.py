@@ -174,3 +174,20 @@ async def test_sglang_cumulative_stream_with_sliced_logprobs_is_joined():
     assert cap.output_ids == OUTPUT
     assert len(cap.output_logprobs) == 18
     assert cap.output_top_ids[0] == [256, 264]
+
+
+def test_sglangs_abort_is_said_as_sglang_says_it_not_as_a_changed_prompt() -> None:
+    """SGLang answers a prompt past its context with an abort whose `prompt_tokens` is 1 (it keeps [0] as the
+    prompt): the prompt-echo check ran first and put it down to something changing the prompt on its way."""
+    import pytest
+
+    from tokview.servers.errors import CaptureFailed
+    from tokview.servers.sglang import capture_from_generate
+
+    meta = {"finish_reason": {"type": "abort", "message": "too long"}, "prompt_tokens": 1}
+    abort = {"text": "", "output_ids": [], "meta_info": meta}
+    with pytest.raises(CaptureFailed, match="SGLang aborted the request on POST /generate: too long"):
+        capture_from_generate(abort, list(range(40)))
+    answer = {"text": "x", "output_ids": [5], "meta_info": {"finish_reason": {"type": "length"}, "prompt_tokens": 39}}
+    with pytest.raises(CaptureFailed, match="says it read 39 prompt ids where 40 were sent"):
+        capture_from_generate(answer, list(range(40)))

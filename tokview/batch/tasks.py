@@ -79,11 +79,7 @@ def _leave_now(signum: int, frame: object) -> None:
     disk, which the next command on the store lands (a kill at any point loses only requests in flight, and resumes
     redo them); the last landing waited up to TOKVIEW_STORE_WAIT_S for a store another program held, and a second
     Ctrl-C was taken as the first again, unanswered."""
-    os.write(
-        2,
-        b"\ntokview: leaving now: what was written is kept in parts the next command on this store lands; "
-        b"a resume generates the rest\n",
-    )
+    os.write(2, b"\ntokview: leaving now: what was already written is kept; the same command again does the rest\n")
     os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM)
 
 

@@ -491,7 +491,7 @@ class Recorder:
             self.failure(item.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
         if item.client_secrets:
-            item = dataclasses.replace(item, raw=_without_secrets(item.raw, item.client_secrets))
+            item = dataclasses.replace(item, raw=without_secrets(item.raw, item.client_secrets))
         chunks, done, unreadable = read_stream(item.raw) if item.stream else ([], False, 0)
         answer = (chunks if done and not unreadable else None) if item.stream else _parsed_json(item.raw)
         if answer is None:
@@ -759,7 +759,7 @@ def _why_no_ids(item: Finished) -> str | None:
     return _one_sglext_flag(item.request) if sglext else None
 
 
-def _without_secrets(raw: bytes, secrets: tuple[str, ...]) -> bytes:
+def without_secrets(raw: bytes, secrets: tuple[str, ...]) -> bytes:
     """The answer's bytes with a client's credentials masked wherever the upstream quoted them. Only values long
     enough and holding a letter: none can match inside an id array (digits and commas) or a JSON key of the answer."""
     for secret in secrets:

@@ -34,12 +34,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tokview.errors import TokviewError, UserError
 from tokview.proxy import spool_folder
-from tokview.proxy.recorder import Failed, Finished
+from tokview.proxy.recorder import Failed, Finished, without_secrets
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -622,7 +622,8 @@ class _Journal:
     lost the answers the child had taken and not yet written as a part, though their clients had them (2-4 a kill).
     The next start on the store records a dead proxy's spool files (`spool_folder.record_leftovers`); an answer
     the child wrote before the kill is recorded again under the same sample id, which landing skips. A client's
-    credentials in an answer are written over with as many `*` (the pickle keeps its lengths), never put on disk.
+    credentials in an answer are masked as the recorder masks them before it is written. Failures are not journaled
+    (no training data, and the next start would count their attempts again).
     Nothing is written without a spool folder, or once writing failed (a full disk: recorded as before)."""
 
     def __init__(self, directory: str | None, spools: _SpoolReader) -> None:
@@ -635,11 +636,11 @@ class _Journal:
 
     def add(self, sample_id: str, data: bytes, item: Finished | Failed) -> str:
         """Write the answer under `sample_id`; the id it is recorded under (the run's next, journaled or not)."""
-        if self.failed:
+        if self.failed or not isinstance(item, Finished):  # a failure is no training data: recorded, not journaled
             return sample_id
-        for secret in getattr(item, "client_secrets", ()):
-            raw = secret.encode("utf-8", "surrogateescape")
-            data = data.replace(raw, b"*" * len(raw))
+        if item.client_secrets:  # masked as the recorder masks them, the pickle made anew (bytes edited in place
+            masked = replace(item, raw=without_secrets(item.raw, item.client_secrets), client_secrets=())  # broke it)
+            data = pickle.dumps(masked, protocol=pickle.HIGHEST_PROTOCOL)
         record = pickle.dumps(Journaled(sample_id, data), protocol=pickle.HIGHEST_PROTOCOL)
         framed = struct.pack("!i", len(record)) + record
         try:

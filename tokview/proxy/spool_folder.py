@@ -107,7 +107,8 @@ def spooled_id(run_id: str, path: str, offset: int) -> str:
 
 
 def records(path: str, start: int = 0) -> Iterator[tuple[int, Finished | Failed]]:
-    """(offset, item) of each whole `!i`-length-prefixed pickle of a spool file from `start` (a cut one ends it)."""
+    """(offset, item) of each whole `!i`-length-prefixed pickle of a spool file from `start` (a cut one ends it; one
+    that does not load is passed over: it kept every later start from recording, and from starting)."""
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read()
@@ -116,13 +117,27 @@ def records(path: str, start: int = 0) -> Iterator[tuple[int, Finished | Failed]
         (n,) = struct.unpack_from("!i", data, at)
         if n < 0 or at + 4 + n > len(data):
             return
-        yield start + at + 4, pickle.loads(data[at + 4 : at + 4 + n])
+        try:
+            item = pickle.loads(data[at + 4 : at + 4 + n])
+        except Exception:
+            item = None
+        if item is not None:
+            yield start + at + 4, item
         at += 4 + n
 
 
 def spool_files(directory: str) -> list[str]:
-    """The folder's spool files in the order they were written."""
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.startswith(SPOOL_PREFIX)]
+    """The folder's spool files in the order they were written: by their last write, then name (the parent's spool
+    files and the child's journals are numbered apart, and a session's later turn recorded first split it)."""
+    paths = [os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(SPOOL_PREFIX)]
+
+    def written(path: str) -> tuple[int, str]:
+        try:
+            return os.stat(path).st_mtime_ns, os.path.basename(path)
+        except OSError:
+            return 0, os.path.basename(path)
+
+    return sorted(paths, key=written)
 
 
 def spooled(
@@ -136,7 +151,10 @@ def spooled(
     for path in spool_files(directory):
         for offset, item in records(path, start_of(path)):
             if isinstance(item, Journaled):
-                yield item.sample_id, pickle.loads(item.data)
+                try:
+                    yield item.sample_id, pickle.loads(item.data)
+                except Exception:  # one that does not load is passed over (`records`)
+                    continue
             else:
                 yield spooled_id(run_id, path, offset), item
 

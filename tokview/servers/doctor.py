@@ -68,8 +68,9 @@ class DoctorReport:
 
     @property
     def incomplete(self) -> bool:
-        """Checks were skipped while the server gave up on requests: no clean bill, whatever else passed."""
-        return bool(self.gave_up) and any(c.status == "skip" for c in self.checks)
+        """A check was skipped for a request the server failed past its retries (its detail quotes why): no clean
+        bill, whatever else passed. A skip for another reason (no --tokenizer) beside it is no such check."""
+        return any(c.status == "skip" and any(r in c.detail for r in self.gave_up) for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as data: secrets masked, and any lone surrogate a server sent written as its escape

@@ -88,12 +88,12 @@ def capture_from_generate(data: object, prompt_ids: list[int], *, where: str = "
             f"(upgrade SGLang, or start it with --skip-tokenizer-init)"
         )
     meta = object_of(data["meta_info"], where, "meta_info")
-    check_prompt_echo(where, prompt_ids, count=meta.get("prompt_tokens"))
     raw_finish = meta.get("finish_reason")
     finish, matched = finish_of(raw_finish, where)
     if finish == "abort":  # {"type": "abort", "message": ...}, or a bare "abort" from some builds
         message = raw_finish.get("message") if isinstance(raw_finish, dict) else None
         raise CaptureFailed(f"SGLang aborted the request on {where}: {message or 'no message'}")
+    check_prompt_echo(where, prompt_ids, count=meta.get("prompt_tokens"))  # an abort counts 1 (a prompt too long)
     output_ids = ids_of(data["output_ids"], where)
     return {
         "prompt_ids": list(prompt_ids),
