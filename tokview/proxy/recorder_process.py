@@ -605,15 +605,6 @@ class _SpoolReader:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class Journaled:
-    """An answer the child took from the pipe, as its journal keeps it: the sample id it is recorded under and the
-    answer's pickled bytes (what `spool_folder.spooled` reads back as that id and item)."""
-
-    sample_id: str
-    data: bytes
-
-
 class _Journal:
     """The answers each gather brought over the pipe, written to a spool file of the child's own before they are
     recorded, and removed once the writer has written them as parts (`_SpoolReader.remove_written`).
@@ -641,7 +632,7 @@ class _Journal:
         if item.client_secrets:  # masked as the recorder masks them, the pickle made anew (bytes edited in place
             masked = replace(item, raw=without_secrets(item.raw, item.client_secrets), client_secrets=())  # broke it)
             data = pickle.dumps(masked, protocol=pickle.HIGHEST_PROTOCOL)
-        record = pickle.dumps(Journaled(sample_id, data), protocol=pickle.HIGHEST_PROTOCOL)
+        record = pickle.dumps(spool_folder.Journaled(sample_id, data), protocol=pickle.HIGHEST_PROTOCOL)
         framed = struct.pack("!i", len(record)) + record
         try:
             if self.fd is None:

@@ -140,14 +140,21 @@ def spool_files(directory: str) -> list[str]:
     return sorted(paths, key=written)
 
 
+@dataclass(frozen=True)
+class Journaled:
+    """An answer the recorder child took from its pipe, as its journal keeps it (`recorder_process._Journal`): the
+    sample id it is recorded under and the answer's pickled bytes, read back by `spooled` as that id and item."""
+
+    sample_id: str
+    data: bytes
+
+
 def spooled(
     directory: str, run_id: str, start_of: Callable[[str], int] = lambda _path: 0
 ) -> Iterator[tuple[str, Finished | Failed]]:
     """(sample id, item) of every whole answer spooled in `directory`, in order, each file read from
     `start_of(its path)`: what a dead proxy left (`Leftover`), or what a child's parent spooled after its last
     note (`recorder_process`)."""
-    from tokview.proxy.recorder_process import Journaled  # the recorder child's journal keeps its own ids
-
     for path in spool_files(directory):
         for offset, item in records(path, start_of(path)):
             if isinstance(item, Journaled):
