@@ -163,6 +163,9 @@ def test_a_duckdb_file_whose_schema_version_tokview_did_not_write_is_refused_in_
         assert main(["merge", str(other), "--into", str(tmp_path / "into.duckdb")]) == ExitCode.USAGE
         err = capsys.readouterr().err
         assert "not a tokview store" in err and "internal error" not in err, err
+        assert main(["stats", "--db", str(other)]) == ExitCode.USAGE  # every command reads it one way
+        err = capsys.readouterr().err
+        assert "not a tokview store" in err and "internal error" not in err and err.count("\n") == 1, err
 
 
 def test_a_refused_path_is_said_on_one_line_whatever_it_holds(tmp_path, capsys, monkeypatch):

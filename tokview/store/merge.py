@@ -192,9 +192,11 @@ def _describe(identity: tuple[Any, ...]) -> str:
 def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str) -> set[str]:
     """MergeRefused unless the attached `src` is a tokview store this tokview reads, of the target's model,
     tokenizer, profile and special tokens; returns the source's tables (an older one lacks some)."""
-    import duckdb
-
-    from tokview.store.schema import LATEST_VERSION  # here: the schema imports DuckDB, the special-id helpers do not
+    from tokview.store.schema import (
+        LATEST_VERSION,
+        SchemaError,
+        version_in,
+    )  # here: the schema imports DuckDB, the special-id helpers do not
 
     tables = {
         r[0]
@@ -203,14 +205,8 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
     if not {"schema_version", "samples", "runs"} <= tables:
         raise MergeRefused(f"{source} is not a tokview store")
     try:
-        row = conn.execute("SELECT max(version) FROM src.schema_version").fetchone()
-        version = int((row[0] if row else 0) or 0)
-    except (
-        duckdb.Error,
-        TypeError,
-        ValueError,
-        OverflowError,
-    ):  # another tool's version text: "'>' not supported", an internal error (exit 70)
+        version = version_in(conn, "src.schema_version")
+    except SchemaError:  # another tool's table of that name: text, no version column, an infinity
         raise MergeRefused(
             f"{source} is not a tokview store (its schema_version holds no version tokview wrote)"
         ) from None

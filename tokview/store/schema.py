@@ -273,7 +273,20 @@ def _changes_tables_after(version: int) -> bool:
 def current_version(conn: DuckDBPyConnection) -> int:
     if not _one_number(conn, f"SELECT count(*) FROM {_TABLES_AND_VIEWS} WHERE name = 'schema_version'"):
         return 0
-    return _one_number(conn, "SELECT max(version) FROM schema_version")
+    return version_in(conn, "schema_version")
+
+
+def version_in(conn: DuckDBPyConnection, table: str) -> int:
+    """The highest version a `schema_version` table holds (`src.schema_version`: an attached store's); SchemaError
+    when it holds none tokview wrote (no `version` column, text, an infinity), as every command refuses such a file."""
+    import duckdb  # here, as this module's other readers of a connection: DuckDB is imported by whoever opened it
+
+    try:
+        return _one_number(conn, f"SELECT max(version) FROM {table}")
+    except duckdb.BinderException:  # no `version` column: another tool's table of that name
+        raise SchemaError(
+            "this DuckDB file's schema_version has no version column: it is not a tokview store (pass another --db)"
+        ) from None
 
 
 def _one_number(conn: DuckDBPyConnection, sql: str) -> int:
@@ -282,7 +295,7 @@ def _one_number(conn: DuckDBPyConnection, sql: str) -> int:
     value = row[0] if row else None
     try:
         return int(value or 0)
-    except (TypeError, ValueError):  # a `schema_version` tokview did not write (another tool's version text)
+    except (TypeError, ValueError, OverflowError):  # a `schema_version` tokview did not write (text, an infinity)
         raise SchemaError(
             f"this DuckDB file's schema_version holds {str(value)[:40]!r}, not a version tokview wrote: it is not a "
             "tokview store "
