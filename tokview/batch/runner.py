@@ -310,12 +310,9 @@ async def _run(
         duplicates=work.duplicates,
         bad_rows=work.bad,
         servers=scrub(pool.server_info()),
-        resumed_from=(
-            stored_elsewhere(store, run_id, pool.server_info())
-            if work.resumed and not isinstance(store, LandingChild)
-            else None
-        ),
     )
+    if work.resumed and not isinstance(store, LandingChild):
+        summary.resumed_from = stored_elsewhere(store, run_id, summary.servers)  # their kinds, as probed
     started = time.monotonic()
     skipped = work.resumed + work.duplicates + len(work.bad)
     tallies: list[Any] = []  # the writer(s) whose counts make up the progress line

@@ -1079,6 +1079,13 @@ def _rerender_causes(ctx: Context, previous: object, chain: JsonObject, at: int)
     )
 
 
+HISTORY_RERENDERS = (
+    "(a block it pre-filled dropped once it is history, as Qwen3's empty think block with thinking off; a finished "
+    "tool loop's reasoning dropped, as Kimi's)"
+)
+"""What a template re-renders of the history before a turn's answer (a batch chain's break and a proxied session's)."""
+
+
 def rerender_causes(
     profile: ModelProfile,
     tokenizer: TokenizerAdapter | None,
@@ -1094,11 +1101,7 @@ def rerender_causes(
     and a proxied session's alike): a break inside that prompt is no re-render of the answer (Qwen3 with thinking
     off drops the empty think block it pre-filled, and every chained turn broke with the answer's causes named)."""
     if previous_prompt_len is not None and at < previous_prompt_len:
-        return (
-            "The template rendered the history before that turn's answer otherwise than in that turn's prompt (a "
-            "block it pre-filled dropped once it is history, as Qwen3's empty think block with thinking off; a "
-            "finished tool loop's reasoning dropped, as Kimi's)"
-        )
+        return f"The template rendered the history before that turn's answer otherwise than in that turn's prompt {HISTORY_RERENDERS}"
     at_its_end = previous_len is not None and at == previous_len - 1  # the previous turn's last id: its stop
     if isinstance(previous, int) and previous in profile.stop_ids and at_its_end:
         return (

@@ -33,7 +33,7 @@ import orjson
 
 from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
-from tokview.core.findings import WARN, id_text, rerender_causes
+from tokview.core.findings import HISTORY_RERENDERS, WARN, id_text, rerender_causes
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
@@ -329,9 +329,8 @@ def _why(
     if at < served.prompt_len:  # before the answer: no change to the answer broke it
         return (
             f"The break is in the history before turn {compared}'s answer: the server's template rendered it otherwise "
-            f"than in turn {compared}'s prompt (a block it pre-filled dropped once it is history; a finished tool "
-            "loop's reasoning dropped, as Kimi's), or the harness changed an earlier message's reasoning, call ids or "
-            f"whitespace{also}"
+            f"than in turn {compared}'s prompt {HISTORY_RERENDERS}, or the harness changed an earlier message's "
+            f"reasoning, call ids or whitespace{also}"
         )
     if changes:
         return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
