@@ -367,6 +367,24 @@ def test_branches_of_one_runs_conversation_get_row_ids_show_takes(tmp_path, caps
         assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
 
 
+def test_a_trajectory_gives_the_bare_id_to_the_run_every_other_format_gives_it(tmp_path):
+    """Two runs of one prompt, the older named after the newer: the trajectory gave its bare `p_gen0` to the older
+    (the first in its order), the speculators export to the first by name, so one id named two samples."""
+    with Store(tmp_path / "r.duckdb") as s:
+        for run in ("zz-older", "aa-newer"):  # stored in this order: zz-older's samples are the older
+            capture = make_capture(question=f"asked in {run}")
+            s.put_sample(f"{run}:p", "p", run, capture, analyze(capture, profile(), kimi()), gen_index=0)
+        _export(s, "speculators", tmp_path / "s.jsonl")
+        _export(s, "trajectory", tmp_path / "t.jsonl")
+    speculators = {r["id"]: r["metadata"]["tokview_sample_id"] for r in _jsonl(tmp_path / "s.jsonl")}
+    assert speculators == {"p_gen0": "aa-newer:p", "p_gen0@zz-older": "zz-older:p"}
+    trajectory = {r["id"]: r["input_ids"] for r in _jsonl(tmp_path / "t.jsonl")}
+    assert set(trajectory) == set(speculators)
+    by_sample = {r["metadata"]["tokview_sample_id"]: r["input_ids"] for r in _jsonl(tmp_path / "s.jsonl")}
+    for row_id, sample_id in speculators.items():
+        assert trajectory[row_id] == by_sample[sample_id]  # the same id names the same served ids
+
+
 def test_a_failure_later_captured_is_not_in_errors_jsonl(store, tmp_path):
     store.put_failure("p9", "p9@s_gen0", "run1", "HTTP 500 after 3 retries")
     sid = put(store, "p3", make_capture())

@@ -112,11 +112,12 @@ def extends(previous: list[int], prompt: list[int]) -> int | None:
 ROWS_READ_AT_ONCE = 256
 
 
-def _rows_in_turn_order(store: Store, sample_ids: list[str]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+def _rows_in_turn_order(
+    store: Store, keys: list[export_rows.ConversationKey]
+) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
     """Each selected turn's key and stored row, conversation by conversation, read ROWS_READ_AT_ONCE at a time: an
     agent trace's prompts grow with every turn (its stored ids grow with turns squared), so a store's whole
     selection read up front was a proxy store's size in memory before the first row was written."""
-    keys = export_rows.conversation_turns(store, sample_ids)
     for start in range(0, len(keys), ROWS_READ_AT_ONCE):
         chunk = keys[start : start + ROWS_READ_AT_ONCE]
         rows = {row["sample_id"]: row for row in store.rows_for([k[3] for k in chunk])}
@@ -124,7 +125,9 @@ def _rows_in_turn_order(store: Store, sample_ids: list[str]) -> Iterator[tuple[t
             yield key, rows[key[3]]
 
 
-def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: Trajectories) -> Iterator[_Row]:
+def build(
+    store: Store, keys: list[export_rows.ConversationKey], profile_of: ProfileOf, summary: Trajectories
+) -> Iterator[_Row]:
     """Every row of the selected conversations, in order (a split conversation's later rows say where).
 
     A conversation's rows stay open while it lasts (`_Open`): each turn goes on with the row whose ids its prompt
@@ -134,12 +137,12 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
     conversation: tuple[str | None, str, int] | None = None
     rows: _Open | None = None
     previous_turn: int | None = None
-    for key, row in _rows_in_turn_order(store, sample_ids):
+    for key, row in _rows_in_turn_order(store, keys):
         run_id, prompt_id, gen_index, sample_id, turn = key
         capture = capture_from_row(row)
         prof: ModelProfile = profile_of(row["profile"])
         calls = call_count(capture.output_ids, prof)
-        name = f"{prompt_id}_gen{gen_index}"
+        name = conversation_name(prompt_id, gen_index)
         summary.turns += 1
         newest = rows.rows[-1] if rows is not None and rows.rows else None
         if (run_id, prompt_id, gen_index) != conversation and _continued(conversation, newest, previous_turn, key):
@@ -274,6 +277,23 @@ def _continued(
     )
 
 
+def conversation_name(prompt_id: str, gen_index: int) -> str:
+    """A conversation's row id before its run (`@run`) and split (`_from_turnN`) marks."""
+    return f"{prompt_id}_gen{gen_index}"
+
+
+def bare_id_runs(keys: list[export_rows.ConversationKey]) -> dict[str, str | None]:
+    """The run whose row of each conversation name gets the bare id: the first by name, as `formats.row_ids` gives
+    it in every other format (the oldest run had it, so a store whose run names do not sort by start gave one
+    `p_gen0` two samples: the trajectory's and the speculators export's)."""
+    owner: dict[str, str | None] = {}
+    for run_id, prompt_id, gen_index, _, _ in keys:
+        name = conversation_name(prompt_id, gen_index)
+        if name not in owner or (run_id or "") < (owner[name] or ""):
+            owner[name] = run_id
+    return owner
+
+
 def _unique(row_id: str, used: set[str]) -> str:
     """`row_id`, or with the first free `_2`, `_3`, … when a row before had it: trainers key rows by id."""
     unique, n = row_id, 1
@@ -305,16 +325,13 @@ def write_trajectories(
 ) -> Trajectories:
     """The trajectory JSONL of the exported samples (each turn already passed the per-sample checks)."""
     summary = Trajectories()
-    runs: dict[str, str | None] = {}
+    keys = export_rows.conversation_turns(store, [e[0] for e in exported])
+    bare = bare_id_runs(keys)
     used: set[str] = set()
     fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed below)
     try:
-        for row in build(store, [e[0] for e in exported], profile_of, summary):
-            row_id = (
-                row.conversation
-                if runs.setdefault(row.conversation, row.run_id) == row.run_id
-                else (f"{row.conversation}@{row.run_id}")
-            )
+        for row in build(store, keys, profile_of, summary):
+            row_id = row.conversation if bare[row.conversation] == row.run_id else f"{row.conversation}@{row.run_id}"
             if row.split_from is not None:
                 row_id += f"_from_turn{row.first_turn}" if row.first_turn is not None else "_split"
             row_id = _unique(row_id, used)  # one turn stored twice (a retry kept in its session) splits there twice
