@@ -106,6 +106,12 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         warnings += result.lengths.warnings()
     if seen.unfit and result.select == "all":  # asked for (--include-invalid): counted, not warned of
         warnings.append(unfit_warning(seen.unfit))
+    if result.row_shapes and not result.row_shapes["fits"]:
+        warnings.append(
+            f"the rows of every shape take {result.row_shapes['front_bytes']} bytes, more than the "
+            f"{result.row_shapes['loader_read_bytes']} a JSON loader's first read fixes the columns from: "
+            "datasets.load_dataset('json') may fail on a later row; export the runs apart (--run)"
+        )
     counts = {
         "selected": result.selected,
         "exported": result.exported,
@@ -135,6 +141,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         "run": result.run,
         **({"tags": result.tag_selection} if result.tag_selection else {}),
         "counts": counts,
+        **({"row_shapes": result.row_shapes} if result.row_shapes else {}),
         "tokenizer": {
             "source": tokenizer.name,
             "hash": fingerprint,

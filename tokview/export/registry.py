@@ -79,7 +79,8 @@ ProfileOf = Callable[[str | None], ModelProfile]
 
 TableWriter = Callable[[Store, list[tuple[str, str]], Plan, ProfileOf], Any]
 """(store, [(sample_id, row id)] in export order, plan, the profile of a stored profile name): writes the whole
-data file at once; may return what it made (an object with `section()` for the manifest and `row_lengths`)."""
+data file at once; may return what it made (an object with `section()` for the manifest and `row_lengths`, and a
+JSONL writer its `shapes`: `export.row_shapes.RowShapes`)."""
 Preflight = Callable[[Any, ModelProfile], None]
 """(tokenizer, a profile the selection was analysed with): raises ExportError when the format cannot serve it."""
 TrainerPaths = Callable[[trainers.PathsContext], dict[str, Any]]

@@ -25,6 +25,7 @@ from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.core.tool_calls import call_count
 from tokview.export.output import Plan, open_stream
+from tokview.export.row_shapes import RowShapes
 from tokview.store import Store, export_rows
 from tokview.store.conversation_turns import goes_on_in_next_run
 from tokview.store.sample_rows import capture_from_row
@@ -80,6 +81,8 @@ class Trajectories:
     one row each, unless they break again. "5 split at 6 breaks" read as five conversations in pieces, for one."""
     breaks: list[dict[str, Any]] = field(default_factory=list)
     row_lengths: list[int] = field(default_factory=list)
+    shapes: RowShapes | None = None
+    """The written file's row shapes (a regular file's, not a stream's): `export.row_shapes`."""
 
     def section(self) -> dict[str, Any]:
         by_reason: dict[str, int] = {}
@@ -328,6 +331,7 @@ def write_trajectories(
     keys = export_rows.conversation_turns(store, [e[0] for e in exported])
     bare = bare_id_runs(keys)
     used: set[str] = set()
+    summary.shapes = RowShapes() if plan.data else None
     fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed below)
     try:
         for row in build(store, keys, profile_of, summary):
@@ -338,7 +342,10 @@ def write_trajectories(
             summary.rows += 1
             summary.row_lengths.append(len(row.input_ids))
             record = trajectory_row(row, row_id)
-            fh.write(strict_json_line(record))
+            line = strict_json_line(record)
+            fh.write(line)
+            if summary.shapes is not None:
+                summary.shapes.note(record, len(line))
     finally:
         fh.close()
     return summary

@@ -53,6 +53,7 @@ from tokview.export.registry import (
     Rows,
     export_format,
 )
+from tokview.export.row_shapes import RowShapes, move_exemplars_first, shapes_section
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance, Lengths
@@ -111,6 +112,9 @@ class ExportResult:
     """How many exported samples carry each tag (lower case)."""
     table_section: dict[str, Any] = field(default_factory=dict)
     """What a table writer reports for the manifest (`trajectory`: conversations, rows, splits)."""
+    row_shapes: dict[str, Any] = field(default_factory=dict)
+    """Rows moved to the front of a JSONL file so a trainer's JSON loader sees every row shape in its first read
+    (`export.row_shapes`), when any was."""
 
 
 def sidecar(out: Path, suffix: str) -> Path:
@@ -359,11 +363,15 @@ class _Sink:
         self.digest = hashlib.sha256()
         self.size = 0
         self.fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
+        self.shapes = RowShapes() if plan.data else None  # a stream cannot be reordered
 
-    def write(self, data: bytes) -> None:
+    def write(self, record: dict[str, Any]) -> None:
+        data = strict_json_line(record)
         self.digest.update(data)
         self.size += len(data)
         self.fh.write(data)
+        if self.shapes is not None:
+            self.shapes.note(record, len(data))
 
     def close(self) -> None:
         self.fh.close()
@@ -405,6 +413,7 @@ def _export_to(
     conformance = Conformance(fmt.rerender, tokenizer, template)
     lengths = Lengths()
     table_section: dict[str, Any] = {}
+    made: Any = None  # what a table writer made (TableWriter)
     row_id_of = dict(
         zip(
             (i.sample_id for i in ids),
@@ -455,7 +464,7 @@ def _export_to(
                         conformance.check(
                             record, rr.Rendered(capture.input_ids, mask), served_kwargs(capture.settings, prof)
                         )
-                    sink.write(strict_json_line(record))
+                    sink.write(record)
                 exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
                 drift += _tally(row, capture, prof, freq, lengths, seen)
         if fmt.write_table is not None:
@@ -495,6 +504,10 @@ def _export_to(
     result.by_tag = export_rows.tag_counts(store, [e[0] for e in exported])
     result.template = template
     result.template_refused = chooser.refused if chooser else None
+    shapes = sink.shapes if sink is not None else getattr(made, "shapes", None)
+    if plan.data is not None and shapes is not None and shapes.late_exemplars():
+        result.row_shapes = shapes_section(move_exemplars_first(plan.data.temp, shapes), shapes)
+        sink = None  # the file was rewritten: hashed below
     if sink is not None:
         result.data_sha256, result.data_bytes = sink.digest.hexdigest(), sink.size
     elif plan.data is not None:
