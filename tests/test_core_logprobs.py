@@ -206,3 +206,14 @@ def test_malformed_alternatives_are_a_malformed_answer_not_a_python_error(parse,
     """They failed as "unexpected error: AttributeError / TypeError / ValueError", read as tokview's own bug."""
     with pytest.raises(lp.LogprobShapeError, match=why):
         parse()
+
+
+def test_an_echoed_prompt_tail_before_the_generated_ids_gets_no_logprob():
+    """SGLang #17240 puts the prompt's tail in output_ids, not in the logprobs; any other extra head is malformed."""
+    meta = {"output_token_logprobs": [[-0.5, 7, None], [-0.25, 8, None]]}
+    got = lp.from_sglang_output(meta, [3, 4, 7, 8], prompt_ids=[1, 2, 3, 4])
+    assert got.logprobs == [None, None, -0.5, -0.25]
+    with pytest.raises(lp.LogprobShapeError, match="other ids"):
+        lp.from_sglang_output(meta, [9, 4, 7, 8], prompt_ids=[1, 2, 3, 4])  # not the prompt's tail
+    with pytest.raises(lp.LogprobShapeError, match="other ids"):
+        lp.from_sglang_output(meta, [3, 4, 7, 8])  # no prompt to compare with

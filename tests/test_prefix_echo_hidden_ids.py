@@ -38,3 +38,28 @@ def test_only_the_echoed_prefix_and_the_delimiters_are_hidden(tmp_path, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == [str(n_prompt + echoed)]]
     assert rows
     assert rows[0].rstrip().endswith("kept")  # "Okay, let me…" is in the text
+
+
+def test_with_logprobs_an_echoed_prefix_is_stored_with_its_finding_not_lost(tmp_path, capsys):
+    """`--logprobs` on a server with the prompt-prefix bug: the logprobs name the generated ids only, so every answer
+    was "malformed", retried and lost; stored without logprobs the same answers carry `output_prefix_overlap`. Now
+    they are stored with it too, the echoed positions without a logprob, the rest aligned to their ids."""
+    db = tmp_path / "l.duckdb"
+    with start_simulator(SimConfig(kind="sglang", quirks={"prompt-prefix-bug": 4})) as sim:
+        prompts = str(ROOT / "sample_data" / "openai_messages.jsonl")
+        args = ["batch", prompts, "--server", sim.url, "--db", str(db), "--limit", "2", "--logprobs", "2"]
+        assert main([*args, "--temperature", "0"]) in (0, 3)
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["samples"] == 2 and stats["failures"]["total"] == 0
+    assert main(["stats", "--db", str(db), "--samples"]) == 0
+    sample_id = next(w for w in capsys.readouterr().out.split() if "@" in w)
+    assert main(["show", sample_id, "--db", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(next(f for f in data["findings"] if f["code"] == "output_prefix_overlap")["positions"]) == 4
+    logprobs = {"logprobs": data["logprobs"]["sampled"], "top_ids": data["logprobs"]["top_ids"]}
+    output = data["capture"]["output_ids"]
+    assert len(logprobs["logprobs"]) == len(output)
+    assert logprobs["logprobs"][:4] == [None] * 4 and None not in logprobs["logprobs"][4:]
+    assert logprobs["top_ids"][:4] == [[]] * 4 and all(len(t) == 2 for t in logprobs["top_ids"][4:])

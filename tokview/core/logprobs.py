@@ -148,25 +148,44 @@ def _top_of(entries: object) -> tuple[list[int], list[float]]:
     return [i for _, i in pairs], [lp if lp is not None else FLOOR for lp, _ in pairs]
 
 
-def from_sglang_output(meta: dict[str, Any], output_ids: Sequence[int]) -> TokenLogprobs | None:
-    """`meta_info.output_token_logprobs` (+ `output_top_logprobs`) for these output ids."""
+def from_sglang_output(
+    meta: dict[str, Any], output_ids: Sequence[int], prompt_ids: Sequence[int] = ()
+) -> TokenLogprobs | None:
+    """`meta_info.output_token_logprobs` (+ `output_top_logprobs`) for these output ids.
+
+    SGLang's prompt-prefix bug (#17240) puts the prompt's last ids before the generated ones in `output_ids`, not in
+    the logprobs: the entries then name the ids after that echo, which get no logprob (None, no alternatives). The
+    sample is stored with its `output_prefix_overlap` finding, as it is without logprobs; refused as malformed, it
+    was retried and lost."""
     entries = meta.get("output_token_logprobs")
     if entries is None:
         return None
     if not isinstance(entries, list):
         raise LogprobShapeError("output_token_logprobs is not a list")
     pairs = [_triple(e) for e in entries]
-    if [i for _, i in pairs] != list(output_ids):
+    named, served = [i for _, i in pairs], list(output_ids)
+    echo = len(served) - len(named)
+    if named != served and not (
+        0 < echo <= len(prompt_ids) and served[echo:] == named and _echoed(prompt_ids, served[:echo])
+    ):
         raise LogprobShapeError(
             f"output_token_logprobs name other ids than output_ids ({len(pairs)} entries for {len(output_ids)} ids)"
         )
-    out = TokenLogprobs([lp for lp, _ in pairs])
+    echo = max(echo, 0)
+    unscored: list[float | None] = [None] * echo
+    out = TokenLogprobs(unscored + [lp for lp, _ in pairs])
     # a scoring request generates nothing, yet SGLang names one position's alternatives (the next token's)
     tops = _one_per_position(meta.get("output_top_logprobs"), len(pairs), "output_top_logprobs") if pairs else None
     if tops is not None:
         ids_lps = [_top_of(t) for t in tops]
-        out.top_ids, out.top_logprobs = [i for i, _ in ids_lps], [lp for _, lp in ids_lps]
+        out.top_ids = [[] for _ in range(echo)] + [i for i, _ in ids_lps]
+        out.top_logprobs = [[] for _ in range(echo)] + [lp for _, lp in ids_lps]
     return out
+
+
+def _echoed(prompt_ids: Sequence[int], head: list[int]) -> bool:
+    """Whether `head` is the prompt's tail (what SGLang's prompt-prefix bug puts before the generated ids)."""
+    return list(prompt_ids[len(prompt_ids) - len(head) :]) == head
 
 
 def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> TokenLogprobs:

@@ -50,10 +50,10 @@ def generate_body(
     return body
 
 
-def side_data(meta: dict[str, Any], output_ids: list[int], where: str) -> dict[str, Any]:
+def side_data(meta: dict[str, Any], output_ids: list[int], where: str, prompt_ids: list[int]) -> dict[str, Any]:
     """Spec-decode metrics and logprobs from one /generate meta_info."""
     try:
-        found = lp.from_sglang_output(meta, output_ids)
+        found = lp.from_sglang_output(meta, output_ids, prompt_ids)
     except lp.LogprobShapeError as exc:
         raise Retryable(f"malformed response from {where}: {exc}") from None
     spec = spec_decode.from_sglang(meta)
@@ -102,7 +102,7 @@ def capture_from_generate(data: object, prompt_ids: list[int], *, where: str = "
         "matched_stop": matched,
         "text": text_of(data.get("text"), where, "text"),
         "usage": normalize_usage(meta),
-        **side_data(meta, output_ids, where),
+        **side_data(meta, output_ids, where, prompt_ids),
     }
 
 
