@@ -217,3 +217,18 @@ def test_an_echoed_prompt_tail_before_the_generated_ids_gets_no_logprob():
         lp.from_sglang_output(meta, [9, 4, 7, 8], prompt_ids=[1, 2, 3, 4])  # not the prompt's tail
     with pytest.raises(lp.LogprobShapeError, match="other ids"):
         lp.from_sglang_output(meta, [3, 4, 7, 8])  # no prompt to compare with
+
+
+def test_a_scoring_answer_without_a_logprob_for_a_token_is_malformed():
+    """A target that answers null for a scored token's own logprob: stored, it was a whole score of fewer tokens,
+    counted scored and never asked again. Only position 0 (nothing predicts it) may go without."""
+    with pytest.raises(lp.LogprobShapeError, match=r"prompt_logprobs\[2\] gives the token no logprob"):
+        lp.from_vllm_prompt(
+            [None, {"6": {"logprob": -0.1, "rank": 1}}, {"7": {"logprob": None, "rank": 1}}], [5, 6, 7], 1, 0
+        )
+    assert lp.from_vllm_prompt([None, {"6": {"logprob": -0.1, "rank": 1}}], [5, 6], 0, 0).logprobs == [None, -0.1]
+    meta = {"input_token_logprobs": [[None, 5, None], [-0.5, 6, None], [None, 7, None]]}
+    with pytest.raises(lp.LogprobShapeError, match=r"input_token_logprobs\[2\] gives the token no logprob"):
+        lp.from_sglang_input(meta, [5, 6, 7], 1)
+    meta["input_token_logprobs"][2][0] = -0.25
+    assert lp.from_sglang_input(meta, [5, 6, 7], 0).logprobs == [None, -0.5, -0.25]

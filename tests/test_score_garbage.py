@@ -18,8 +18,8 @@ VLLM_INFO = {"/version": {"version": "0.32.0"}, "/v1/models": {"data": [{"id": "
 @pytest.mark.parametrize(
     ("entry", "why"),
     [
-        ({"rank": 1}, "no logprob for any output token"),
-        ({"logprob": None, "rank": 1}, "no logprob for any output token"),
+        ({"rank": 1}, "gives the token no logprob"),
+        ({"logprob": None, "rank": 1}, "gives the token no logprob"),
         ({"logprob": 5.0, "rank": 1}, "above 0"),
     ],
     ids=["no logprob", "null logprob", "positive"],

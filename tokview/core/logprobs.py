@@ -200,6 +200,7 @@ def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> T
     if [i for _, i in pairs] != list(ids):
         raise LogprobShapeError("input_token_logprobs name other ids than were sent")
     out = TokenLogprobs([lp for lp, _ in pairs[start:]])
+    _every_position_scored(out.logprobs, max(start, 1) - start, start, "input_token_logprobs")
     tops = _one_per_position(meta.get("input_top_logprobs"), len(ids), "input_top_logprobs")
     if tops is not None:
         ids_lps = [_top_of(t) for t in tops[start:]]
@@ -297,7 +298,16 @@ def from_vllm_prompt(prompt_logprobs: object, ids: Sequence[int], start: int, k:
             ranked = [r for r in ranked if r[0] <= k][:k]
             out.top_ids.append([i for _, i, _ in ranked])  # type: ignore[union-attr]
             out.top_logprobs.append([lp if lp is not None else FLOOR for _, _, lp in ranked])  # type: ignore[union-attr]
+    _every_position_scored(out.logprobs, max(start, 1) - start, start, "prompt_logprobs")
     return out
+
+
+def _every_position_scored(logprobs: list[float | None], first: int, start: int, what: str) -> None:
+    """A scoring answer gives every position after the first a logprob: a null one was stored as a whole score
+    (counted scored, never asked again; the NLL over fewer tokens, exported as null)."""
+    for at in range(first, len(logprobs)):
+        if logprobs[at] is None:
+            raise LogprobShapeError(f"{what}[{start + at}] gives the token no logprob (null)")
 
 
 def _rank(value: object) -> int:
