@@ -128,7 +128,8 @@ def test_show_keeps_its_columns_by_terminal_cells_past_wide_pieces(tmp_path, cap
 
 def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_capture, kimi_tok, kimi_profile):
     """A row found wrong in a trainer's file (`my-task#turn1_gen0`) was "no sample" to `show`: only the sample id
-    `stats --samples` prints was taken. Two runs' samples behind one row id are named, not guessed between."""
+        `stats --samples` prints was taken. A bare id two runs share is the first run's by name, as exports write it;
+    two samples of one run behind one row id are named, not guessed between."""
     db = tmp_path / "rows.duckdb"
     with Store(db) as store:
         chained = [put(store, "my-task", make_capture(question=f"turn {t}"), turn=t) for t in (0, 1)]
@@ -142,9 +143,16 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
         assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
     assert main(["show", "--db", str(db), "plain_gen0@run1", "--json"]) == 0  # a second run's row gets @run
     assert json.loads(capsys.readouterr().out)["sample_id"] == single
-    assert main(["show", "--db", str(db), "plain_gen0"]) == 1
+    # the bare id: the first run by name's sample, as every export writes it (it was refused as "2 samples")
+    assert main(["show", "--db", str(db), "plain_gen0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sample_id"] == single
+    with Store(db) as store:  # two of one run behind one id (a session's branches): each exported `@SAMPLE_ID`
+        for k in range(2):
+            branch = make_capture(question=f"branch {k}")
+            store.put_sample(f"b{k}", "fork", "run1", branch, analyze(branch, kimi_profile, kimi_tok), turn=1)
+    assert main(["show", "--db", str(db), "fork#turn1_gen0"]) == 1
     err = capsys.readouterr().err
-    assert "2 samples have the export row id 'plain_gen0' (other runs" in err and single in err
+    assert "2 samples have the export row id 'fork#turn1_gen0' (other runs" in err and "b0" in err
     assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
     assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err
     assert main(["show", "--db", str(db), "my-task"]) == 1  # a conversation's prompt id: its turns are named

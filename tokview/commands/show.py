@@ -118,17 +118,27 @@ def _by_row_id(store: Store, given: str) -> list[str]:
     wrong in a trainer's file is shown without looking its sample id up. The first reading that names a stored
     sample is taken."""
     for prompt, turn, gen, run in _row_id_parses(given)[:32]:
-        sql = "SELECT sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
+        sql = "SELECT sample_id, run_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
         params: list[object] = [prompt, gen]
         sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
         params += [] if turn is None else [turn]
         if run is not None:  # `@run`, or `@sample_id` (samples of one run that share the rest: `row_ids`)
             sql += " AND (run_id = ? OR sample_id = ?)"
             params += [run, run]
-        found = [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
+        found = store.query(sql + " ORDER BY sample_id", params)
+        if found and run is None:
+            return _bare_owner(found)
         if found:
-            return found
+            return [r[0] for r in found]
     return []
+
+
+def _bare_owner(found: list[tuple[Any, ...]]) -> list[str]:
+    """The samples a bare row id names: the export gives it to the first run by name when that run holds one such
+    sample (`export.formats.row_ids`; the others are `@RUN`, a run's branches each `@SAMPLE_ID`), so that one."""
+    owner = min(r[1] or "" for r in found)
+    mine = [r[0] for r in found if (r[1] or "") == owner]
+    return mine if len(mine) == 1 else [r[0] for r in found]
 
 
 def run(args: argparse.Namespace) -> int:
