@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -67,6 +68,8 @@ class ScoreConfig:
     retries: int = 3
     limit: int | None = None
     rescore: bool = False
+    rescore_before: str | None = None
+    """Score again the samples whose stored `scored_at` is older than this (an interrupted --rescore's start)."""
     any_vocabulary: bool = False
     """Score even when the target reads the samples' output ids as other text (`check_vocabulary`)."""
 
@@ -81,6 +84,12 @@ class ScoreConfig:
             (0 < self.timeout < math.inf, "--timeout must be a number of seconds more than 0"),
             (self.retries >= 0, "--retries must be 0 or more"),
             (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
+            (not (self.rescore and self.rescore_before), "give --rescore or --rescore-before, not both"),
+            (
+                self.rescore_before is None or re.fullmatch(SCORED_AT, self.rescore_before) is not None,
+                f"--rescore-before takes a time as scores record it, YYYY-MM-DDTHH:MM:SSZ (UTC), "
+                f"not {str(self.rescore_before)[:40]!r}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -101,6 +110,8 @@ class ScoreSummary:
     mean_nll: float | None = None
     """Over every token scored in this invocation."""
     interrupted: bool = False
+    rescoring_since: str | None = None
+    """A --rescore (or --rescore-before) run: the time that continues it (its start, or the time it was given)."""
     elapsed_s: float = 0.0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     servers: list[dict[str, Any]] = field(default_factory=list)
@@ -143,7 +154,12 @@ class ScoreSummary:
             lines.append(
                 f"  failed x{n}: {printable_line(cls)}" + (f" (e.g. {example})" if examples[cls] != cls else "")
             )
-        if self.interrupted:
+        if self.interrupted and self.rescoring_since is not None:  # the same --rescore would start over
+            lines.append(
+                "  interrupted: scores written so far are kept; to continue, re-run with "
+                f"--rescore-before {self.rescoring_since} in place of --rescore (the samples not scored again yet)"
+            )
+        elif self.interrupted:
             lines.append("  interrupted: scores written so far are kept; re-run the same command to continue")
         return "\n".join(lines)
 
@@ -163,6 +179,16 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
 def already_scored(score: dict[str, Any] | None, model: str | None, top_k: int) -> bool:
     """Scored (its stored target_score, parsed) by the same served model with at least this many alternatives."""
     return score is not None and score.get("model") == model and int(score.get("top_k") or 0) >= top_k
+
+
+SCORED_AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+SCORED_AT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+"""A score's `scored_at` (UTC, to the second): ordered as text."""
+
+
+def older(score: dict[str, Any] | None, before: str | None) -> bool:
+    """Whether `--rescore-before` takes this sample: a score older than `before` (none given: never)."""
+    return before is not None and score is not None and str(score.get("scored_at") or "") < before
 
 
 def other_thresholds(score: dict[str, Any], config: ScoreConfig) -> bool:
@@ -216,13 +242,16 @@ async def _run(
         raise InputError(f"no samples match --select {config.select}{run} in {store.path}: nothing to score")
     todo: deque[str] = deque()
     kept_thresholds = 0
+    began = time.strftime(SCORED_AT_FORMAT, time.gmtime())  # before any score this run writes
     for sid, stored in rows:  # each stored score parsed once
         score = json.loads(stored) if stored else None
-        if config.rescore or not already_scored(score, model, config.top_k):
+        if config.rescore or not already_scored(score, model, config.top_k) or older(score, config.rescore_before):
             todo.append(sid)
         elif score is not None and other_thresholds(score, config):
             kept_thresholds += 1
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
+    if config.rescore or config.rescore_before:
+        summary.rescoring_since = config.rescore_before or began
     if todo and not config.any_vocabulary:  # before any score is written: a refusal leaves the store as it was
         summary.vocabulary = await check_vocabulary(store, pool, Selection(config.select, config.run), config.backend)
     summary.other_thresholds = kept_thresholds
@@ -294,7 +323,7 @@ async def _run(
             "kind": result.server_kind,
             "model": result.model,
             "top_k": config.top_k,
-            "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "scored_at": time.strftime(SCORED_AT_FORMAT, time.gmtime()),
             **lp.score_summary(found.logprobs, off_policy_nll=config.off_policy_nll, low_prob=config.low_prob),
         }
         capture = Capture(

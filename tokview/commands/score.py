@@ -12,7 +12,8 @@ vLLM: `/v1/completions` with the ids as prompt, max_tokens 1, prompt_logprobs K.
 Before anything is scored, a few samples' output ids are read back with the target's /detokenize: a target that
 reads most of them as other text than their answers (another vocabulary) is refused, exit 1 (`--any-vocabulary`
 scores anyway). Resumable: samples already scored by the same served model (with at least this --top-k) are
-skipped; `--rescore` scores them again. Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
+skipped; `--rescore` scores them again (`--rescore-before TIME` those scored before TIME: how an interrupted
+`--rescore` goes on). Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
 3 some samples failed, 130 interrupted.
 """
 
@@ -72,6 +73,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
     p.add_argument(
+        "--rescore-before",
+        metavar="TIME",
+        help="score again the samples whose stored score is older than TIME (YYYY-MM-DDTHH:MM:SSZ, UTC): an "
+        "interrupted --rescore prints the one that continues it",
+    )
+    p.add_argument(
         "--any-vocabulary",
         action="store_true",
         help="score even when the target's /detokenize reads the samples' output ids as other text than their answers "
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         retries=args.retries,
         limit=args.limit,
         rescore=args.rescore,
+        rescore_before=args.rescore_before,
         any_vocabulary=args.any_vocabulary,
     )
     config.validate()  # InputError
