@@ -38,3 +38,35 @@ async def test_an_idle_list_never_takes_the_store_from_other_programs(make_app, 
         await settle(app, pilot)
         await pilot.pause(0.5)  # the list's own reads are done and the file closed (its linger)
         assert await refused_connects(pilot, str(store.path)) == 0
+
+
+async def test_a_verdict_made_elsewhere_shows_on_its_row_and_approving_it_asks_first(make_app, store, monkeypatch):
+    """`tokview review` (or another reviewer's app) rejected samples while the list was open: the rows kept saying
+    pending until ctrl+r, and `a` approved over the rejection without a word. The rows now show it at the next poll,
+    where they are, and approving a sample someone rejected asks first, naming who and why."""
+    from tokview.store import bulk_review
+    from tokview.ui.screens.modals import Confirm
+    from tokview.ui.screens.samples import SamplesScreen
+
+    monkeypatch.setattr(SamplesScreen, "poll_s", 0.1)
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        sample_list = app.screen.query_one("#samples")
+        first = sample_list.row(0)
+        assert first is not None and first.status == "pending"
+        bulk_review.set_status(store, [first.sample_id], "rejected", who="bob", reason="cli-cut")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if sample_list.row(0).status == "rejected":
+                break
+        assert sample_list.row(0).status == "rejected"
+        assert sample_list.row(0).sample_id == first.sample_id  # where it was
+        app.screen.query_one("#samples").cursor = 0
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert isinstance(app.screen, Confirm)
+        assert "rejected by bob (cli-cut): this overturns that verdict" in app.screen.detail
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert store.load_sample(first.sample_id).status == "rejected"

@@ -233,6 +233,18 @@ def samples_page(
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
     rows = conn.execute(sql, [*params, min(int(limit), INT64_MAX), min(int(offset), INT64_MAX)]).fetchall()
+    return _tagged_rows(conn, rows)
+
+
+def rows_by_ids(conn: DuckDBPyConnection, sample_ids: list[str]) -> dict[str, SampleRow]:
+    """These samples' list rows as they are now (a verdict made elsewhere changed some): id -> row."""
+    if not sample_ids:
+        return {}
+    sql = f"SELECT {ROW_COLUMNS} FROM samples WHERE sample_id IN (SELECT unnest(?::VARCHAR[]))"
+    return {row.sample_id: row for row in _tagged_rows(conn, conn.execute(sql, [sample_ids]).fetchall())}
+
+
+def _tagged_rows(conn: DuckDBPyConnection, rows: list[Any]) -> list[SampleRow]:
     tags = page_tags(conn, [r[0] for r in rows])
     return [
         TaggedRow(

@@ -58,6 +58,16 @@ class QueryRepository:
         with self.file.reading() as conn:
             return queries.first_pending_after(conn, filters, order_by, index, anchor)
 
+    def rows_by_ids(self, sample_ids: list[str]) -> dict[str, SampleRow]:
+        """The list rows of these samples as stored now, by id (the samples list's rows after a verdict elsewhere)."""
+        with self.file.reading() as conn:
+            return queries.rows_by_ids(conn, sample_ids)
+
+    def reviews_version(self) -> tuple[Any, ...]:
+        """What changes with every verdict, note, tag and undo (each is an action, its rows appended): the samples
+        list reads its rows again when it does, so a verdict made elsewhere shows (a cheap read, polled)."""
+        return tuple(self.file.query("SELECT (SELECT count(*) FROM actions), (SELECT count(*) FROM verdicts)")[0])
+
     def count_samples(self, filters: SampleFilter | None) -> int:
         with self.file.reading() as conn:
             return queries.count_samples(conn, filters)

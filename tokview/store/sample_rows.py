@@ -134,6 +134,20 @@ class StoredSample:
     """Per aligned id: kept / partial / hidden / drift (as computed when it was stored)."""
     created_at: datetime | None = None
 
+    def overturned_by(self, status: str, reviewer: str | None) -> str | None:
+        """`rejected by bob (cut)`: the standing opposite verdict of another reviewer than `reviewer` that a new
+        `status` would overturn, else None. The app asks first: a verdict made elsewhere (`tokview review`, another
+        reviewer's app) after its list was read is not on the row the person sees, and a key press overturned it
+        unseen. One's own verdict is changed without a question, as before."""
+        opposite = {"approved": "rejected", "rejected": "approved"}.get(status)
+        live = [h for h in self.history if h["kind"] == "verdict" and not h["undone"]]
+        if opposite is None or self.status != opposite or not live or live[-1].get("who") == reviewer:
+            return None
+        last = live[-1]
+        by = f" by {last['who']}" if last.get("who") else ""
+        why = f" ({last['reason']})" if last.get("reason") else ""
+        return f"{opposite}{by}{why}"
+
     def says_already(self, status: str, reason: str | None = None) -> bool:
         """Whether its latest verdict still standing is this one (a rejection: for this reason). The app records
         nothing then: approving an approved sample recorded a second action, which `u` took back with nothing

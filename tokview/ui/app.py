@@ -411,24 +411,25 @@ class TokviewApp(App[None]):
             self._had_it_already(f"{target[0]}: approved already · nothing recorded")
             return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
-        if not errors:
+        overturns = stored.overturned_by("approved", self.session.who)
+        if not errors and overturns is None:
             self._record_verdict(target, "approved")
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._record_verdict(target, "approved", override=True)
+                self._record_verdict(target, "approved", override=bool(errors))
             else:
                 self.notify(f"{target[0]}: not approved", timeout=1.5)
 
-        self.push_screen(
-            Confirm(
-                f"Approve {target[0]} although it is invalid?",
-                f"error findings: {', '.join(errors)}. A trainer would learn from a broken "
-                f"sample; the verdict is recorded as an override.",
-            ),
-            answered,
-        )
+        details = [f"It is {printable_line(overturns)}: this overturns that verdict."] if overturns else []
+        if errors:
+            details.append(
+                f"error findings: {', '.join(errors)}. A trainer would learn from a broken sample; the verdict is "
+                "recorded as an override."
+            )
+        question = f"Approve {target[0]} although it is invalid?" if errors else f"Approve {target[0]}?"
+        self.push_screen(Confirm(question, " ".join(details)), answered)
 
     def action_reject(self) -> None:
         if self._read_only():
@@ -449,7 +450,15 @@ class TokviewApp(App[None]):
                 if stored.says_already("rejected", reason):
                     self._had_it_already(f"{target[0]}: rejected already ({reason}) · nothing recorded")
                     return
-                self._record_verdict(target, "rejected", reason=reason)
+                overturns = stored.overturned_by("rejected", who)
+                if overturns is None:
+                    self._record_verdict(target, "rejected", reason=reason)
+                    return
+                self._confirm(
+                    f"Reject {target[0]}?",
+                    f"It is {printable_line(overturns)}: this overturns that verdict. reason: {reason}",
+                    lambda: self._record_verdict(target, "rejected", reason=reason),
+                )
                 return
             self._confirm(
                 f"Reject {len(marked)} marked samples?",

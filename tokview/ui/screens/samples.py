@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,7 +31,7 @@ from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
 if TYPE_CHECKING:
-    from tokview.store import Store
+    from tokview.store import SampleRow, Store
     from tokview.ui.session import Session
 
 
@@ -71,16 +71,17 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     """
 
     class Counted(Message):
-        def __init__(self, generation: int, count: int, total: int) -> None:
+        def __init__(self, generation: int, count: int, total: int, reviews: tuple[Any, ...]) -> None:
             super().__init__()
-            self.generation, self.count, self.total = generation, count, total
+            self.generation, self.count, self.total, self.reviews = generation, count, total, reviews
 
     class Grown(Message):
-        """The store's whole count, read by the poll while the list was read as of `generation`."""
+        """The store's whole count and reviews version, read by the poll while the list was read as of
+        `generation`."""
 
-        def __init__(self, generation: int, total: int) -> None:
+        def __init__(self, generation: int, total: int, reviews: tuple[Any, ...]) -> None:
             super().__init__()
-            self.generation, self.total = generation, total
+            self.generation, self.total, self.reviews = generation, total, reviews
 
     poll_s = 2.0
     """How often the store's files are looked at (`os.stat`, no DuckDB): a batch or proxy writing into the store
@@ -104,6 +105,8 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self._total_read = 0
         """The store's whole count when the list was last read."""
         self._total_now = 0
+        self._reviews: tuple[Any, ...] = ()
+        """The store's reviews version the rows were read at (`QueryRepository.reviews_version`)."""
         self._polling = False
         self._files = StoreFilesWatch(session.store)
 
@@ -140,13 +143,14 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         store = self.session.store
         before = self._files.signature()  # taken first: a change during the read is polled for afterwards
         try:
+            reviews = store.reads.reviews_version()  # first: a verdict made during the read is read again
             total = store.count_samples()  # first: a sample landing between the reads is counted as new, not lost
             count = store.count_samples(filters)
         except StoreError:  # held: read again later even if no file changes (ctrl+r during a hold waited forever)
             self._files.read_failed()
             raise
         self._files.read_done(before)
-        self.post_message(self.Counted(generation, count, total))
+        self.post_message(self.Counted(generation, count, total, reviews))
 
     def _poll_unless_polling(self) -> None:
         """One poll at a time, and only once the store's files changed since the last one."""
@@ -160,21 +164,48 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         from tokview.store import StoreError
 
         try:
+            reviews = self.session.store.reads.reviews_version()
             total = self.session.store.count_samples()
         except StoreError:  # held, moved or replaced: the keys that need the store say so, not a poll every tick
             self._files.read_failed()  # tried again on a change, or in 30 s: every tick kept a thread on the holder
             return
         finally:  # plain assignment from the worker: a bool, read on the UI thread at the next tick
             self._polling = False
-        self.post_message(self.Grown(generation, total))
+        self.post_message(self.Grown(generation, total, reviews))
 
     @on(Grown)
     def _grown(self, event: Grown) -> None:
         if event.generation != self._generation:  # read before the list was read again: its count is older
             return
+        if event.reviews != self._reviews:  # reviewed elsewhere (`tokview review`, another app): the rows again
+            self._reviews = event.reviews
+            self._reread_rows(self._generation, self.sample_list.loaded_ids())
         if event.total != self._total_now:
             self._total_now = event.total
             self._update_title()
+
+    class Reread(Message):
+        """The loaded rows as stored now, read by id after the store's reviews changed."""
+
+        def __init__(self, generation: int, rows: dict[str, SampleRow]) -> None:
+            super().__init__()
+            self.generation, self.rows = generation, rows
+
+    @work(thread=True, exclusive=True, group="samples-reread", exit_on_error=False)
+    def _reread_rows(self, generation: int, sample_ids: list[str]) -> None:
+        from tokview.store import StoreError
+
+        try:
+            rows = self.session.store.reads.rows_by_ids(sample_ids)
+        except StoreError:  # held: the next change of the store's files reads them
+            self._reviews = ()
+            return
+        self.post_message(self.Reread(generation, rows))
+
+    @on(Reread)
+    def _reread(self, event: Reread) -> None:
+        if event.generation == self._generation:  # else the list was read again meanwhile: its rows are newer
+            self.sample_list.replace_rows(event.rows)
 
     @work(thread=True, group="samples-choices", exit_on_error=False)
     def _load_choices(self) -> None:
@@ -194,6 +225,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             find=lambda sample_id: store.reads.row_of(filters, order, sample_id),
         )
         self._total_read = self._total_now = event.total
+        self._reviews = event.reviews
         self._update_title(event.count)
 
     @on(Choices)

@@ -308,6 +308,23 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self.virtual_size = Size(self.size.width, count + 1)
         self.refresh()
 
+    def loaded_ids(self) -> list[str]:
+        """The sample ids of the rows held now (what `replace_rows` can update)."""
+        return [r.sample_id for page in self._pages.values() for r in page]
+
+    def replace_rows(self, rows: dict[str, SampleRow]) -> int:
+        """Put these rows (read again by id: a verdict, note or tag made elsewhere) where their samples are, each
+        changed one repainted; rows stay where they are, as after the app's own verdicts. How many changed."""
+        changed = 0
+        for number, page in self._pages.items():
+            for at, old in enumerate(page):
+                new = rows.get(old.sample_id)
+                if new is not None and new != old:
+                    page[at] = new
+                    self.repaint_row(number * PAGE + at)
+                    changed += 1
+        return changed
+
     @property
     def loaded_pages(self) -> int:
         """Pages held in memory now (never more than `max_pages`)."""
