@@ -81,3 +81,29 @@ async def test_a_reader_who_scrolled_away_stays_there_when_a_note_shortens_the_p
         await settle(app, pilot)
         await pilot.pause(0.1)
         assert view.scroll_offset.y == elsewhere
+
+
+@pytest.mark.parametrize("size", [(80, 8), (20, 6)], ids=["80x8", "20x6"])
+async def test_a_pane_lower_than_a_line_of_tokens_sits_still(make_app, monkeypatch, size):
+    """ "pieces over ids" in a terminal 8 rows high: a token line is two rows, the pane one, and keeping the cursor in
+    view scrolled to the line's first row, then its last, forever (a core busy while idle, each key ~5 s)."""
+    from tokview.ui.widgets.token_view import TokenView
+
+    scrolls: list[float] = []
+    real = TokenView.scroll_to
+
+    def counted(self, *args, **kwargs):
+        scrolls.append(kwargs.get("y", -1))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TokenView, "scroll_to", counted)
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        await pilot.press("v", "v")
+        await pilot.pause(0.3)
+        scrolls.clear()
+        await pilot.pause(0.5)  # idle
+        assert len(scrolls) <= 2, scrolls[:10]

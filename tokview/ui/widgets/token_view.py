@@ -428,9 +428,11 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
         rpl = self.rows_per_line
         top = self._rows_of_token(self.cursor) * rpl
         height = self.container_size.height - self.scrollbar_size_horizontal  # also right while the layout runs
-        if top < self.scroll_offset.y:
+        if top < self.scroll_offset.y or (height < rpl and top != self.scroll_offset.y):
+            # a pane lower than one line of tokens (two rows a line, one row high) shows the line's first row: going
+            # by its last row too, each call scrolled to the other one, and the app spun a core redrawing
             self.scroll_to(y=top, animate=False)
-        elif top + rpl > self.scroll_offset.y + height:
+        elif height >= rpl and top + rpl > self.scroll_offset.y + height:
             self.scroll_to(y=top + rpl - height, animate=False)
 
     def _column_of(self, index: int) -> int:
