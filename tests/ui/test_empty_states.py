@@ -55,3 +55,26 @@ async def test_an_empty_stats_panel_says_what_to_do(empty_app):
         summary = str(app.screen.query_one("#stats-summary", Static).render())
         assert "No samples yet" in summary
         assert "g to generate" in summary
+
+
+async def test_a_store_of_failed_requests_says_they_failed_and_why(tmp_path, tokenizer, profile):
+    """A batch whose every request failed (a server answering 500) left a store the app showed as new: "no samples
+    yet, press g", and the stats panel "nothing to plot", while `tokview stats` counted the failures."""
+    from tokview.store import Store
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    with Store(tmp_path / "failed.duckdb") as store:
+        for k in range(3):
+            store.put_failure(f"p{k}", f"p{k}@x_gen0", "run1", "HTTP 500 from POST /v1/completions: boom")
+        app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile))
+        async with app.run_test(size=(160, 30)) as pilot:
+            await settle(app, pilot)
+            text = list_text(app.screen.sample_list)
+            assert "no samples: 3 requests failed (3 × HTTP 500 from POST /v1/completions: boom)" in text
+            assert "no samples yet" not in text
+            await pilot.press("S")
+            await settle(app, pilot)
+            assert isinstance(app.screen, StatsScreen)
+            summary = str(app.screen.query_one("#stats-summary", Static).render())
+            assert "No samples: 3 requests failed (3 × HTTP 500" in summary

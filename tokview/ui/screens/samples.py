@@ -29,6 +29,7 @@ from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors
+from tokview.untrusted_text import clipped, printable_line
 
 if TYPE_CHECKING:
     from tokview.store import SampleRow, Store
@@ -71,9 +72,13 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     """
 
     class Counted(Message):
-        def __init__(self, generation: int, count: int, total: int, reviews: tuple[Any, ...]) -> None:
+        def __init__(
+            self, generation: int, count: int, total: int, reviews: tuple[Any, ...], failures: dict[str, Any]
+        ) -> None:
             super().__init__()
             self.generation, self.count, self.total, self.reviews = generation, count, total, reviews
+            self.failures = failures
+            """A store without samples: its failed requests (`stats()["failures"]`), what the empty list says."""
 
     class Grown(Message):
         """The store's whole count and reviews version, read by the poll while the list was read as of
@@ -146,11 +151,12 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             reviews = store.reads.reviews_version()  # first: a verdict made during the read is read again
             total = store.count_samples()  # first: a sample landing between the reads is counted as new, not lost
             count = store.count_samples(filters)
+            failures = store.stats()["failures"] if not total else {}  # an empty store: only its failures tell why
         except StoreError:  # held: read again later even if no file changes (ctrl+r during a hold waited forever)
             self._files.read_failed()
             raise
         self._files.read_done(before)
-        self.post_message(self.Counted(generation, count, total, reviews))
+        self.post_message(self.Counted(generation, count, total, reviews, failures))
 
     def _poll_unless_polling(self) -> None:
         """One poll at a time, and only once the store's files changed since the last one."""
@@ -220,7 +226,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         self.sample_list.reset(
             event.count,
             lambda offset, limit: store.samples_page(filters, order, offset, limit),
-            self.empty_text(),
+            self.empty_text(event.failures),
             ids=lambda offset, limit: store.reads.sample_ids_page(filters, order, offset, limit),
             find=lambda sample_id: store.reads.row_of(filters, order, sample_id),
         )
@@ -244,8 +250,9 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             else:
                 select.set_options(options)
 
-    def empty_text(self) -> str:
-        """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
+    def empty_text(self, failures: dict[str, Any] | None = None) -> str:
+        """What to do when the list is empty: clear the filter, or make samples (press g, run the demo); a store
+        that holds only failed requests says how many and why (it read as a new store: "no samples yet")."""
         f = self.filters
         active = [
             name
@@ -263,6 +270,13 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             return (
                 f"No sample matches this {' + '.join(active)}.\n"
                 "Clear the search box (/ then delete the text) or set the filters above back to blank."
+            )
+        if failures and failures.get("total"):
+            reasons = sorted(failures.get("by_reason", {}).items(), key=lambda kv: -kv[1])
+            said = "; ".join(f"{n} × {printable_line(clipped(reason, 120))}" for reason, n in reasons[:3])
+            return (
+                f"This store holds no samples: {failures['total']:,} requests failed ({said}).\n"
+                "`tokview stats` lists them; fix the server or its settings, then press g (D checks the server first)."
             )
         return (
             "This store holds no samples yet.\n"

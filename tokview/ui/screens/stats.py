@@ -31,6 +31,7 @@ from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+from tokview.untrusted_text import clipped, printable_line
 from tokview.wording import plural
 
 if TYPE_CHECKING:
@@ -162,9 +163,17 @@ class StatsScreen(ForwardsWorkerErrors, Screen[None]):
         self.data = d = event.data
         s = d.stats
         if not s["samples"]:
+            failed = s["failures"]["total"]
+            reasons = sorted(s["failures"]["by_reason"].items(), key=lambda kv: -kv[1])[:3]
+            why = "; ".join(f"{n} × {printable_line(clipped(r, 120))}" for r, n in reasons)
             self.query_one("#stats-summary", Static).update(
-                "No samples yet, so nothing to plot. Press escape, then g to generate some from a server, "
-                "or run `tokview demo` for a filled demo store."
+                plain(
+                    f"No samples: {failed:,} requests failed ({why}). Fix the server or its settings, then press "
+                    "escape and g to generate again."
+                    if failed
+                    else "No samples yet, so nothing to plot. Press escape, then g to generate some from a server, "
+                    "or run `tokview demo` for a filled demo store."
+                )
             )
             return
         by_status = s["by_status"]
