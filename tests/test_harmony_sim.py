@@ -300,3 +300,23 @@ def test_ignore_eos_writes_on_to_max_tokens_and_says_length(oss_dir):
     assert plain["finish_reason"] == "stop" and len(plain["token_ids"]) < 150
     assert ignored["choices"][0]["finish_reason"] == "length"
     assert len(ignored["choices"][0]["token_ids"]) == 150
+
+
+async def test_a_conversation_export_of_a_gpt_oss_run_audits_back_to_its_served_ids(tmp_path, oss_dir, oss_tok) -> None:
+    """Audit rebuilt a gpt-oss answer as think tags: its analysis and every channel header lost, three false errors on
+    most clean rows and no row's ids as served. It now writes the answer's channels as the model does."""
+    from tokview.cli import main
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        with await _batch(tmp_path, sim.url, oss_tok, [QUESTION, AGENT]) as store:
+            served = {tuple(p) + tuple(o) for p, o in store.query("SELECT prompt_ids, output_ids FROM samples")}
+    out = tmp_path / "sharegpt.jsonl"  # (SpecForge's template route is refused for Harmony)
+    assert main(["export", "--db", str(tmp_path / "s.duckdb"), "--format", "sharegpt", "--out", str(out)]) == 0
+    audited = tmp_path / "a.duckdb"
+    assert main(["audit", str(out), "--tokenizer", str(oss_dir), "--db", str(audited)]) == 0
+    with Store(str(audited)) as store:
+        rows = store.query("SELECT prompt_ids, output_ids, codes FROM samples")
+    assert len(rows) == len(served) == 2
+    for prompt, output, codes in rows:
+        assert tuple(prompt) + tuple(output) in served
+        assert set(codes) <= QUIET, codes

@@ -24,7 +24,7 @@ from typing import Any
 from tokview.batch.inputs import check_row, iter_rows
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
 from tokview.core.tokenizer import TokenizerAdapter
@@ -304,7 +304,10 @@ def from_conversation(
     kwargs = with_tools(profile.template_kwargs(think), parsed.tools)  # declared as a server's template does
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
-    if messages[last].get("tool_calls"):
+    harmony = _harmony_answer(tokenizer, messages[last], reasoning, content, truncated)
+    if profile.format == HARMONY and harmony is not None:
+        output = harmony
+    elif messages[last].get("tool_calls"):
         output = _rendered_answer(tokenizer, profile, history, messages[last], prompt, kwargs, truncated)
     else:
         output = []
@@ -335,6 +338,36 @@ def from_conversation(
         tool_calls=server_tool_calls(messages[last].get("tool_calls")),  # the dataset's calls, held against the ids
     )
     return prompt_id, turn if isinstance(turn, int) else None, capture
+
+
+def _harmony_answer(
+    tokenizer: TokenizerAdapter, answer: dict[str, Any], reasoning: str, content: str, truncated: bool
+) -> list[int] | None:
+    """A gpt-oss answer's ids as the model writes them after its prompt's `<|start|>assistant`: the analysis message,
+    then the final one ending `<|return|>`, or a call `<|channel|>commentary to=functions.NAME <|constrain|>json
+    <|message|>ARGS<|call|>`. Built as think tags were, a row's answer lost every channel header (three false errors
+    on a clean row); the template writes a history message, not what was generated (`<|end|>`, the recipient first).
+    None for a turn of several calls (the template's reading is kept)."""
+    calls = answer.get("tool_calls") or []
+    if len(calls) > 1:
+        return None
+    out: list[int] = []
+    if reasoning:
+        out += tokenizer.encode("<|channel|>analysis<|message|>") + encode_literal(tokenizer, reasoning)
+        out += tokenizer.encode("<|end|><|start|>assistant")
+    if calls:
+        function = calls[0].get("function") if isinstance(calls[0], dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not isinstance(arguments, (str, dict)):
+            return None
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        out += tokenizer.encode("<|channel|>") + encode_literal(tokenizer, f"commentary to=functions.{name} ")
+        out += tokenizer.encode("<|constrain|>") + encode_literal(tokenizer, "json")
+        out += tokenizer.encode("<|message|>") + encode_literal(tokenizer, text)
+        return out if truncated else out + tokenizer.encode("<|call|>")
+    out += tokenizer.encode("<|channel|>final<|message|>") + encode_literal(tokenizer, content)
+    return out if truncated else out + tokenizer.encode("<|return|>")
 
 
 def _rendered_answer(
