@@ -44,6 +44,8 @@ def test_the_profile_detected_is_glm_4_7(glm_tok):
         "enable_thinking",
         "clear_thinking",
     )
+    # the family's stop order, `<|user|>` first: detected as `<|endoftext|>` first, an audited answer ended with it
+    assert profile.stop_ids == (151336, 151338, 151329)
 
 
 def test_reasoning_before_the_last_user_turn_renders_as_a_closer_alone(glm_tok):

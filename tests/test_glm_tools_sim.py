@@ -156,3 +156,20 @@ def test_sglang_s_stream_misses_ids_quirk_drops_glm_s_markers(glm_tok_dir):
     whole, missing = got
     assert markers & set(whole) and not markers & set(missing)
     assert [t for t in whole if t not in markers] == missing
+
+
+@pytest.mark.parametrize("profile", ["glm-4.7", None])
+def test_a_glm_tool_loop_exported_as_conversations_audits_back_to_its_outputs(tmp_path, glm_tok_dir, profile):
+    """Audited from ShareGPT rows, a call turn ended at `</tool_call>` (the template writes the `<|observation|>` the
+    model stops on before the result), a false `no_stop_token`; with the detected profile a text answer ended in
+    `<|endoftext|>` where the model wrote `<|user|>`. Each audited answer is now the served output, id for id."""
+    turns = _run(tmp_path, glm_tok_dir, {}, profile=profile)
+    out = tmp_path / "g.jsonl"
+    assert main(["export", "--db", str(tmp_path / "s.duckdb"), "--format", "sharegpt", "--out", str(out)]) == 0
+    audited = tmp_path / "a.duckdb"
+    args = ["audit", str(out), "--tokenizer", str(glm_tok_dir), "--db", str(audited)]
+    assert main(args + (["--profile", profile] if profile else [])) == 0
+    with Store(str(audited)) as store:
+        rows = store.query("SELECT output_ids, codes FROM samples")
+    assert sorted(list(o) for o, _ in rows) == sorted(t.capture.output_ids for t in turns)
+    assert all(set(codes) <= {"think_open_in_prompt", "parser_hidden_ids"} for _, codes in rows), rows

@@ -741,6 +741,8 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
     if newer and newer[0] in template:
         name = newer[1]
     base = BUILTIN_PROFILES.get(name)
+    if base is not None:  # the family's own order first: an answer is written ending with the first (GLM: `<|user|>`)
+        stops = [t for t in base.stop_ids if t in stops] + [t for t in stops if t not in base.stop_ids]
     layout = fitting_tool_layout(tokenizer, base.tool_calls if base else None)
     never_thinks = _never_thinks(template, kwarg, prefills)
     if name == "qwen3" and layout is not None and layout.parser == QWEN3_CODER:

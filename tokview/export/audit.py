@@ -27,7 +27,7 @@ from tokview.core.analysis import analyze
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
-from tokview.core.tokenizer import TokenizerAdapter
+from tokview.core.tokenizer import TokenizerAdapter, TokenizerError
 from tokview.core.tool_calls import server_tool_calls
 from tokview.errors import TokviewError, UserError, first_line
 from tokview.export.rerender import with_tools
@@ -390,7 +390,32 @@ def _rendered_answer(
         )
     output = whole[len(prompt) :]
     stops = [k for k, t in enumerate(output) if t in profile.stop_ids]
-    return output[: stops[-1] + (0 if truncated else 1)] if stops else output
+    if stops:
+        return output[: stops[-1] + (0 if truncated else 1)]
+    after = None if truncated else _stop_before_result(tokenizer, profile, [*history, answer], whole, kwargs)
+    return output if after is None else [*output, after]
+
+
+def _stop_before_result(
+    tokenizer: TokenizerAdapter,
+    profile: ModelProfile,
+    conversation: list[dict[str, Any]],
+    whole: list[int],
+    kwargs: dict[str, Any] | None,
+) -> int | None:
+    """The stop id a template writes between a call and its result, when it writes none after the call itself: GLM
+    ends a call turn with the `<|observation|>` that opens the result, which the model generates to stop. Read off the
+    template with a result after the call; without it the row's answer had no stop (a false `no_stop_token`)."""
+    calls = conversation[-1].get("tool_calls") or []
+    first = calls[0] if calls and isinstance(calls[0], dict) else {}
+    result = {"role": "tool", "tool_call_id": first.get("id") or "call", "content": "ok"}
+    try:
+        longer = tokenizer.render([*conversation, result], add_generation_prompt=False, template_kwargs=kwargs)
+    except TokenizerError:  # a template that refuses a result here (`raise_exception`): no stop to read
+        return None
+    if longer[: len(whole)] != whole or len(longer) == len(whole):
+        return None
+    return longer[len(whole)] if longer[len(whole)] in profile.stop_ids else None
 
 
 def _stop_id(profile: ModelProfile) -> int:
