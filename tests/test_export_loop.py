@@ -169,7 +169,12 @@ def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
     assert len(ids) == 3
     assert "foreign@x_gen0" not in ids
     th = json.loads((tmp_path / "on.manifest.json").read_text())["thresholds"]
-    assert (th["max_nll"], th["left_out_above_max_nll"], th["left_out_not_scored"]) == (2.0, 1, 0)
+    assert (th["max_nll"], th["left_out_above_max_nll"], th["left_out_not_scored"], th["left_out"]) == (2.0, 1, 0, 1)
+    # the summary says it too (it said only "exported 3 of 3 selected samples")
+    assert (
+        "the thresholds left out 1 sample of the selection; of the samples before the thresholds: 1 above --max-nll"
+        in (capsys.readouterr().err)
+    )
 
     capsys.readouterr()
     assert (

@@ -208,8 +208,9 @@ def run(args: argparse.Namespace) -> int:
 def summary(result: ExportResult) -> str:
     """What the user needs to know about the file just written, a line per topic."""
     from tokview.export.manifest import unfit_warning
-    from tokview.export.writer import include_invalid_caveat
+    from tokview.export.writer import include_invalid_caveat, thresholds_text
     from tokview.untrusted_text import printable_line
+    from tokview.wording import plural
 
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     written = (result.manifest_path, result.token_freq_path, result.template_path, result.errors_path)
@@ -218,6 +219,12 @@ def summary(result: ExportResult) -> str:
         f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
         + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")
     ]
+    if result.thresholds and result.thresholds.get("left_out"):
+        lines.append(
+            f"the thresholds left out {plural(result.thresholds['left_out'], 'sample')} of the selection"
+            + thresholds_text(result.thresholds)
+            + " (a sample can be under two reasons; the manifest's thresholds)"
+        )
     if result.refused_examples:
         lines.append(
             "refused, first of each: "

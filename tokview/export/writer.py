@@ -208,7 +208,7 @@ def export(
             raise ExportError(
                 f"no samples match {_selection_text(selection)}"
                 + (f" ({_left_out_text(left_out)})" if left_out else "")
-                + _thresholds_text(thresholds)
+                + thresholds_text(thresholds)
             )
         for side in form.sidecars:
             add_sidecar(plan, side.key, side.suffix)
@@ -590,8 +590,9 @@ def _write_sidecars(store: Store, fmt: ExportFormat, plan: Plan, run: str | None
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
 
 
-def _thresholds_text(thresholds: dict[str, Any] | None) -> str:
-    """Why the thresholds left everything out: `--max-nll` on a store never scored matched nothing, and said only that."""
+def thresholds_text(thresholds: dict[str, Any] | None) -> str:
+    """What the thresholds left out, and why: `--max-nll` on a store never scored matched nothing, and said only that
+    (and the summary of an export that wrote some rows said nothing of the rest)."""
     if not thresholds:
         return ""
     said = {

@@ -189,6 +189,11 @@ def threshold_counts(store: Store, selection: Selection) -> dict[str, int]:
             ("left_out_above_max_nll", "mean_nll > ?", [float(selection.max_nll)]),
         ]
     out: dict[str, int] = {}
+    if checks:  # in all (each reason above counts on its own: a sample may be under two)
+        kept, kept_params = selection.where()
+        out["left_out"] = int(store.query(f"SELECT count(*) FROM samples WHERE {where}", params)[0][0]) - int(
+            store.query(f"SELECT count(*) FROM samples WHERE {kept}", kept_params)[0][0]
+        )
     for name, condition, extra in checks:
         out[name] = int(
             store.query(f"SELECT count(*) FROM samples WHERE {where} AND {condition}", params + extra)[0][0]
