@@ -54,6 +54,31 @@ def test_a_later_turn_too_long_to_send_ends_the_chain_keeping_the_turns_before()
     assert result.samples[0][1].settings["chain"]["stopped"] == result.stop
 
 
+def test_a_later_turn_the_server_refuses_ends_the_chain_keeping_the_turns_before():
+    """SGLang answers 400 to a history whose call arguments are no JSON (the model's own, sent back as written): failed
+    whole, the chain was asked again every run and never stored the turn that shows why. A turn 0 refused stays a
+    failure (the prompt file's request itself)."""
+    refused = ("HTTP 400 from POST /v1/chat/completions: function.arguments must be valid JSON", "http://s", True, True)
+    answers = iter([_served([1, 2]), refused])
+
+    async def attempt(messages, kwargs):
+        return next(answers)
+
+    result = asyncio.run(run_chain(ITEM, attempt))
+    assert [t.turn for t, _ in result.samples] == [0]
+    assert result.failure is None
+    assert result.stop == f"turn 1 was refused by the server: {refused[0]}"
+    assert result.samples[0][1].settings["chain"]["stopped"] == result.stop
+
+    first = iter([refused])
+
+    async def at_once(messages, kwargs):
+        return next(first)
+
+    result = asyncio.run(run_chain(ITEM, at_once))
+    assert result.samples == [] and result.failure == (refused[0], "http://s", True)
+
+
 def test_a_turn_the_server_aborted_ends_the_chain_there():
     """vLLM answers an engine abort with HTTP 200 and finish_reason abort: the turn is incomplete, so the next turn's
     history (its calls, its answer) is not the model's; the chain stops as it does on a cut at the token limit."""

@@ -320,3 +320,21 @@ async def test_a_conversation_export_of_a_gpt_oss_run_audits_back_to_its_served_
     for prompt, output, codes in rows:
         assert tuple(prompt) + tuple(output) in served
         assert set(codes) <= QUIET, codes
+
+
+def test_a_chain_sglang_refuses_to_go_on_keeps_the_turn_that_shows_why(tmp_path, oss_dir):
+    """A call whose arguments are no JSON, sent back as the model wrote them: SGLang answers 400. The chain failed
+    whole and was asked again every run; its first turn, which holds `harmony_tool_json_invalid`, never landed."""
+    quirks = {"harmony-json-garbage": True}
+    with start_simulator(SimConfig(kind="sglang", tokenizer_dir=oss_dir, quirks=quirks)) as sim:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text(json.dumps(LOOP) + "\n")
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "s.duckdb"), "--tokenizer"]
+        args += [str(oss_dir), "--workers", "1", "--max-new-tokens", "300", "--mode", "chat", "--history", "served"]
+        assert main(args) == ExitCode.OK  # a stop, not a failure
+        with Store(str(tmp_path / "s.duckdb")) as store:
+            (s,) = _samples(store)
+            codes = {f.code for f in s.findings}
+            assert {"harmony_tool_json_invalid", "chain_stopped"} <= codes
+            assert "was refused by the server: HTTP 400" in s.capture.settings["chain"]["stopped"]
+            assert store.query("SELECT count(*) FROM failures") == [(0,)]

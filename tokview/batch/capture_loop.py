@@ -83,8 +83,8 @@ async def capture_all(
         extra_kwargs: dict[str, Any] | None = None,
         prefer: str | None = None,
     ) -> Any:
-        """One request: the capture, or (failure reason, server, whether it was sent) once it failed. `prefer`: the
-        server to send it to while that one is healthy."""
+        """One request: the capture, or (failure reason, server, whether it was sent[, whether the server refused the
+        request: a 4xx]) once it failed. `prefer`: the server to send it to while that one is healthy."""
         request = CaptureRequest(messages=messages, settings=request_settings(item, extra_kwargs), mode=config.mode)
         too_long, room = check_prompt(pool, request)
         if too_long is not None:  # never sent; not the server's fault
@@ -94,7 +94,8 @@ async def capture_all(
         try:
             return await pool.capture(request, prefer=prefer)
         except CaptureFailed as exc:
-            return exc.reason, exc.url, True
+            refused = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 429)
+            return exc.reason, exc.url, True, refused  # refused: the request itself, not the server (a chain stops)
         except Exception as exc:  # a malformed response the servers layer did not classify
             return failure_reason(exc), None, True
 
@@ -112,7 +113,7 @@ async def capture_all(
     async def one(item: WorkItem) -> None:
         got = await attempt(item, item.messages)
         if isinstance(got, tuple):
-            reason, url, sent = got
+            reason, url, sent = got[:3]
             if sent:
                 fail(item, reason, url)
             else:  # never sent (too long): the prompt's fault, not the server's

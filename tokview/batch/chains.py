@@ -121,7 +121,8 @@ class ChainResult:
 
 
 Attempt = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Any]]
-"""Capture one turn (messages, extra template kwargs): the capture, or (failure reason, server, sent)."""
+"""Capture one turn (messages, extra template kwargs): the capture, or (failure reason, server, sent[, refused]):
+refused, the server answered 4xx to the request (not 408 or 429)."""
 
 
 async def run_chain(
@@ -135,9 +136,15 @@ async def run_chain(
     for k, (turn, _at, sample_id) in enumerate(item.turns):
         got = await attempt(sent, kwargs)
         if not isinstance(got, Capture):
-            reason, server, sent = got
-            if k and not sent:  # the prompt itself cannot go (too long): as final as a stop, the turns before kept
-                result.stop, result.left = f"turn {turn} was not sent: {reason}", item.slots - k
+            reason, server, sent = got[:3]
+            refused = len(got) > 3 and bool(got[3])
+            if k and (not sent or refused):
+                # the prompt cannot go (too long), or the server refuses what the chain added (a call whose arguments
+                # are no JSON, sent back as the model wrote them: SGLang's 400): as final as a stop, the turns before
+                # kept with the reason. Failed whole, the chain was asked again every run and never landed its turns,
+                # the one that explains it among them.
+                how = "was not sent" if not sent else "was refused by the server"
+                result.stop, result.left = f"turn {turn} {how}: {reason}", item.slots - k
                 result.samples[-1][1].settings["chain"]["stopped"] = result.stop
                 return result
             result.samples, result.left = [], item.slots - 1
