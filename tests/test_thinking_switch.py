@@ -102,3 +102,31 @@ def test_gpt_oss_refuses_no_thinking_and_a_model_that_opens_reasoning_itself_is_
     c = Capture(prompt_ids=prompt, output_ids=out, finish_reason="stop", settings={"thinking": False})
     (found,) = [f for f in analyze(c, profile, kimi_tok).findings if f.code == "reasoning_with_thinking_off"]
     assert "names no template kwarg to turn thinking off: the model reasons all the same" in found.detail
+
+
+def test_no_thinking_is_refused_where_the_profile_names_no_switch_the_template_reads(qwen_tok_dir, tmp_path, capsys):
+    """A profile file `base = "deepseek-r1"` (no switch: R1's template has none) on Qwen3's template, which reads
+    `enable_thinking`: `--no-thinking` sent no kwarg, the model thought, and every sample was flagged
+    `reasoning_with_thinking_off`. Refused now in one line, naming the switch; sent by hand, it is taken."""
+    profile = tmp_path / "ds-on-qwen.toml"
+    profile.write_text(
+        'base = "deepseek-r1"\nname = "ds-on-qwen"\nthink_open_id = 151667\nthink_close_id = 151668\n'
+        "stop_ids = [151645]\n"
+    )
+    chat = tmp_path / "c.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    args = ["tokenize", "--tokenizer", str(qwen_tok_dir), "--profile", str(profile), "--chat", str(chat)]
+    capsys.readouterr()
+    assert main([*args, "--no-thinking"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "names no thinking switch, and its template reads `enable_thinking`" in err[0], err
+    assert main(args) == 0  # thinking on: what the template does without the switch
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n")
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as sim:
+        batch = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "s.duckdb")]
+        batch += ["--tokenizer", str(qwen_tok_dir), "--profile", str(profile), "--no-thinking"]
+        capsys.readouterr()
+        assert main(batch) == 1
+        assert "names no thinking switch" in capsys.readouterr().err
+        assert main([*batch, "--chat-template-kwargs", '{"enable_thinking": false}']) == 0

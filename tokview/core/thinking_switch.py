@@ -24,10 +24,42 @@ def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwa
         return "gpt-oss reasons in every answer (its reasoning_effort is set with --chat-template-kwargs)"
     if not profile.has_reasoning or not tokenizer.chat_template:
         return None
-    rendered = tokenizer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True, template_kwargs=kwargs)
+    hi = [{"role": "user", "content": "hi"}]
+    rendered = tokenizer.render(hi, add_generation_prompt=True, template_kwargs=kwargs)
+    unread = _unread_switch(profile, tokenizer, kwargs, rendered)
+    if unread is not None:
+        return (
+            f"profile {profile.name} names no thinking switch, and its template reads `{unread}`: sent without it, "
+            f'every sample would think (set thinking_kwarg = "{unread}" in the profile file, or pass '
+            f"--chat-template-kwargs '{{\"{unread}\": false}}')"
+        )
     if prefilled_opener_position(rendered, profile) is None:
         return None
     return (
         f"profile {profile.name}'s template opens reasoning in the prompt all the same (it reads no switch among "
         f"{sorted(kwargs) or 'no kwargs'}): every sample would be flagged reasoning_with_thinking_off"
     )
+
+
+KNOWN_SWITCHES = ("enable_thinking", "thinking")
+"""The kwargs reasoning templates read to turn thinking off (Qwen3, GLM: `enable_thinking`; Kimi, DeepSeek: `thinking`)."""
+
+
+def _unread_switch(
+    profile: ModelProfile, tokenizer: TokenizerAdapter, kwargs: dict[str, Any], rendered: list[int]
+) -> str | None:
+    """A switch the template reads that neither the profile nor the request sets (a profile file `base = "deepseek-r1"`
+    on a Qwen3 template): the prompt renders otherwise with it off. `--no-thinking` changed nothing then, and every
+    sample was flagged `reasoning_with_thinking_off`."""
+    if profile.thinking_kwarg is not None:
+        return None
+    template = tokenizer.chat_template or ""
+    for switch in KNOWN_SWITCHES:
+        if switch in kwargs or switch not in template:
+            continue
+        off = tokenizer.render(
+            [{"role": "user", "content": "hi"}], add_generation_prompt=True, template_kwargs={**kwargs, switch: False}
+        )
+        if off != rendered:
+            return switch
+    return None
