@@ -130,3 +130,12 @@ def test_no_thinking_is_refused_where_the_profile_names_no_switch_the_template_r
         assert main(batch) == 1
         assert "names no thinking switch" in capsys.readouterr().err
         assert main([*batch, "--chat-template-kwargs", '{"enable_thinking": false}']) == 0
+
+
+def test_the_sim_writes_qwen_newlines_for_a_qwen_profile_of_any_name(qwen_tok):
+    """A profile file `base = "qwen3"` names itself (`my-qwen3-finetune`): the simulator read "qwen" off the name and
+    served it without Qwen3's newlines, so every SpecForge row of such a store was inexact."""
+    profile = get_profile("qwen3").with_overrides(name="my-finetune")
+    opened = qwen_tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    out = SimModel(qwen_tok, profile).natural_output(opened, seed=1)
+    assert qwen_tok.decode(out[:2], skip_special_tokens=False) == "<think>\n"

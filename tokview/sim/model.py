@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -45,6 +45,9 @@ ANSWER_SENTENCES = (
     "Let me know if you want more detail.",
     "In short, the result is correct.",
 )
+
+QWEN_THINK_OPEN_ID = BUILTIN_PROFILES["qwen3"].think_open_id
+"""Qwen's `<think>` id: a profile of a Qwen model has it whatever its name."""
 
 
 TOOL_REASONING = ("Okay, let me think.", "Okay, let me think about this.", "Let me think about this carefully.")
@@ -112,7 +115,9 @@ class SimModel:
         self.open_id = profile.think_open_id
         self.close_id = profile.think_close_id
         self.stop_id = profile.stop_ids[0]
-        self.newlines = profile.name.startswith("qwen")  # Qwen3 writes "<think>\n…\n</think>\n\n…"
+        # Qwen3 writes "<think>\n…\n</think>\n\n…": a Qwen model by its name or its think id (a profile file
+        # `base = "qwen3"` names itself: served without the newlines, its every SpecForge row was inexact)
+        self.newlines = profile.name.startswith("qwen") or profile.think_open_id == QWEN_THINK_OPEN_ID
         self._encode = lru_cache(maxsize=4096)(self._encode_uncached)
 
     def _encode_uncached(self, text: str) -> tuple[int, ...]:
