@@ -70,3 +70,29 @@ async def test_a_verdict_made_elsewhere_shows_on_its_row_and_approving_it_asks_f
         await pilot.press("n")
         await settle(app, pilot)
         assert store.load_sample(first.sample_id).status == "rejected"
+
+
+async def test_undo_names_another_reviewers_action_and_asks_first(make_app, store):
+    """`u` takes back the latest action wherever it was made: pressed to take back one's own verdict, it took back
+    a colleague's `tokview review` run that had come in since, at once and unseen."""
+    from tokview.store import bulk_review
+    from tokview.ui.screens.modals import Confirm
+
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        ids = [app.screen.query_one("#samples").row(k).sample_id for k in range(3)]
+        bulk_review.set_status(store, ids, "rejected", who="bob", reason="cli-cut")
+        await pilot.press("u")
+        await settle(app, pilot)
+        assert isinstance(app.screen, Confirm)
+        assert app.screen.question == "Undo bob's action?"
+        assert "rejected 3 samples (cli-cut)" in app.screen.detail, app.screen.detail
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert {store.load_sample(i).status for i in ids} == {"rejected"}
+        await pilot.press("u")
+        await settle(app, pilot)
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert {store.load_sample(i).status for i in ids} == {"pending"}

@@ -366,6 +366,11 @@ def actions(store: Database, limit: int = 50) -> list[Action]:
     return [Action(*r) for r in rows]
 
 
+def latest_undoable(store: Database) -> Action | None:
+    """The action `u` takes back: the latest not undone (an undo itself is never the target)."""
+    return _target(store, None)
+
+
 def _target(store: Database, action_id: int | None) -> Action | None:
     if action_id is None:
         rows = store.query(

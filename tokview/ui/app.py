@@ -538,8 +538,25 @@ class TokviewApp(App[None]):
         self.push_screen(TagDialog(existing, carried, title), chosen)
 
     def action_undo(self) -> None:
-        """Take back the latest action wherever it was made (this sample or not, a bulk one, tokview review's)."""
-        self._undo(None)
+        """Take back the latest action wherever it was made (this sample or not, a bulk one, tokview review's); one
+        another reviewer made is named and asked about first: `u` to take back one's own verdict took back a
+        colleague's 600-sample `tokview review` run that had come in since, at once."""
+        if self._read_only():
+            return
+        try:
+            latest = bulk_review.latest_undoable(self.session.store)
+        except STORE_TROUBLE as exc:
+            self._store_failed(exc)
+            return
+        if latest is None or latest.who == self.session.who:
+            self._undo(None if latest is None else latest.action_id)
+            return
+        where = f" ({latest.source})" if latest.source else ""
+        self._confirm(
+            f"Undo {latest.who or 'someone'}'s action?",
+            f"the latest action is theirs{where}: {latest.described}. U lists the latest actions to pick another.",
+            lambda: self._undo(latest.action_id),
+        )
 
     def _read_only(self) -> bool:
         """A store that cannot be written (a read-only mount) is said so at the key, before any dialog: each write
