@@ -125,6 +125,9 @@ async def test_u_undoes_the_latest_action_from_tokview_review_and_names_its_samp
         await settle(app, pilot)
         await pilot.press("u")  # the cursor is on a run-a sample: u still undoes carol's bulk reject
         await settle(app, pilot)
+        assert app.screen.question == "Undo carol's action?"  # not the reviewer's own: asked first
+        await pilot.press("y")
+        await settle(app, pilot)
         assert store.count_samples(SampleFilter(status="rejected")) == 0
         assert store.load_sample(ids[0]).status == "approved"
         message = [n.message for n in app._notifications][-1]

@@ -300,8 +300,8 @@ async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):
         assert "rejected by alice" in review
         assert "reason: duplicate" in review
         assert "note: same as p007" in review
-        await pilot.press("u")  # the note goes first, then the verdict
-        await pilot.press("u")
+        await pilot.press("u", "y")  # the note goes first, then the verdict (other reviewers': asked first)
+        await pilot.press("u", "y")
         await pilot.pause()
         review = str(app.screen.query_one("#inspect-review").render())
         assert "no verdict yet" in review
@@ -323,7 +323,7 @@ async def test_a_long_reject_reason_keeps_the_notes_in_view_at_80_columns(make_a
         assert lines[0].rstrip().endswith("…") and "rejected by alice" in lines[0]
         assert "note: same as p007" in lines[1]
         assert "the answer repeats itself " * 8 in str(review.tooltip)  # the whole reason, for the mouse
-        await pilot.press("u")  # the note taken back: the reason may wrap again
+        await pilot.press("u", "y")  # bob's note taken back (asked first): the reason may wrap again
         await pilot.pause()
         lines = [s.text for s in review.render_lines(Region(0, 0, review.size.width, review.size.height))]
         assert len(lines) > 2 and "…" not in lines[0], lines
