@@ -132,8 +132,8 @@ class ScoreSummary:
         nll = "n/a" if self.mean_nll is None else f"{self.mean_nll:.3f}"
         lines = [
             f"scored {self.ok} + failed {self.failed} + already scored {self.skipped} of {self.input} selected; "
-            f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
-            f"in {self.elapsed_s:.1f}s"
+            f"off_policy {self.off_policy}; {self.tokens} tokens at NLL {nll} nats/token (over the tokens: "
+            f"`stats` averages each sample's) in {self.elapsed_s:.1f}s"
         ]
         if self.other_thresholds:
             n = self.other_thresholds
