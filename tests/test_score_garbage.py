@@ -96,3 +96,23 @@ def test_infinite_settings_are_refused_as_batch_and_export_refuse_them(setting, 
 
     with pytest.raises(InputError, match=says):
         ScoreConfig(servers=["http://127.0.0.1:9"], **setting).validate()
+
+
+async def test_a_replica_answering_garbage_fails_no_sample_a_healthy_one_can_score(tmp_path, json_server):
+    """Two servers of one model, one answering every scoring request with a shifted `prompt_logprobs`: its samples
+    failed (7 of 24 in a user's run) though the other could score them. A malformed answer is now retried as a
+    batch retries one, and the pool's next attempt goes to the next server."""
+    from tokview.sim import SimConfig, start_simulator
+
+    def garbage(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        return 200, {"choices": [{"text": "", "prompt_logprobs": [None], "finish_reason": "length"}]}
+
+    info = {"/version": {"version": "0.32.0"}, "/v1/models": {"data": [{"id": "tokview-sim", "max_model_len": 4096}]}}
+    bad, _ = json_server({**info, "/v1/completions": garbage})
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        for k in range(6):
+            capture = make_capture(question=f"question {k}")
+            store.put_sample(f"q{k}@x_gen0", f"q{k}", "imported", capture, analyze(capture, profile(), kimi()))
+        config = ScoreConfig(servers=[bad, sim.url], retries=1, any_vocabulary=True, backend="vllm")
+        summary = await run_score(config, store)
+        assert (summary.ok, summary.failed) == (6, 0), summary.failures_by_reason

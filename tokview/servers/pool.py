@@ -179,13 +179,16 @@ class ServerPool:
         Captures and `tokview score`'s scoring requests both go through here."""
 
         first = True
+        last: _Server | None = None
 
         async def attempt() -> T:
             # the preferred server is asked first only: a retry goes round the pool as any other would (a preferred
-            # server answering 503 or gone took every retry of a chain's turn, and the whole chain failed)
-            nonlocal first
-            server = await self._pick(prefer if first else None)
-            first = False
+            # server answering 503 or gone took every retry of a chain's turn, and the whole chain failed), to
+            # another server than the one that just failed when there is one (round-robin among requests in
+            # flight sent a retry back to the replica answering garbage)
+            nonlocal first, last
+            server = await self._pick(prefer if first else None, avoid=last)
+            first, last = False, server
             server.active += 1
             try:
                 async with server.semaphore:
@@ -211,7 +214,7 @@ class ServerPool:
                 scrub_reason(exc, s.client.secrets)
             raise
 
-    async def _pick(self, prefer: str | None = None) -> _Server:
+    async def _pick(self, prefer: str | None = None, avoid: _Server | None = None) -> _Server:
         self._reprobe_due()
         healthy = [s for s in self._servers if s.healthy]
         if not healthy:
@@ -226,6 +229,8 @@ class ServerPool:
                 return preferred
         n = len(self._servers)
         order = [self._servers[(self._next + k) % n] for k in range(n)]
+        if avoid is not None and any(s.healthy and s is not avoid for s in order):  # a retry: another server first
+            order = [s for s in order if s is not avoid]
         choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or next(
             s for s in order if s.healthy
         )

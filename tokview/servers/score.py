@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokview.core import logprobs as lp
-from tokview.servers.errors import CaptureFailed
+from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import choose
@@ -49,9 +49,11 @@ async def score_on(
     try:
         found = await choice.raw.score(client, info, ids, start, top_k)
     except lp.MalformedLogprob as exc:  # a broken answer: failed, so a later run scores the sample again
-        raise CaptureFailed(f"malformed response from {client.url}: {exc}", url=client.url) from None
+        raise Retryable(f"malformed response from {client.url}: {exc}") from None
     except lp.LogprobShapeError as exc:
-        raise CaptureFailed(f"cannot score on {client.url}: {exc}", url=client.url) from None
+        # retried as a batch retries a malformed answer: the pool's next attempt goes to the next server, so one
+        # replica answering garbage fails no sample a healthy one can score (it failed each of its samples)
+        raise Retryable(f"cannot score on {client.url}: {exc}") from None
     return TargetScore(found, client.url, choice.name, info.model)
 
 
