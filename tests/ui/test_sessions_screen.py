@@ -276,6 +276,9 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
         await pilot.pause()
         assert app.screen is screen  # nothing to inspect: said instead
         assert any("this request failed: refused by the upstream" in str(n.message) for n in app._notifications)
+        await pilot.press("a")  # said as what it is (it said "no sample here: open one, or move the list cursor")
+        await pilot.pause()
+        assert any("a failed request is no sample: nothing to review" in str(n.message) for n in app._notifications)
         # `]`: the next pending turn of this session (it did nothing here); none after the last, and a failed
         # request is no turn to review
         table = screen.query_one("DataTable")

@@ -243,7 +243,14 @@ class TokviewApp(App[None]):
         current = self.current_sample()
         if current is None:
             self.bell()
-            self.notify("no sample here: open one, or move the list cursor onto one", severity="warning", timeout=2)
+            screen = self._work_screen()
+            failed = isinstance(screen, SessionTurnsScreen) and screen.cursor_on_failure()
+            said = (
+                "a failed request is no sample: nothing to review (its reason is on its row)"
+                if failed
+                else "no sample here: open one, or move the list cursor onto one"
+            )
+            self.notify(said, severity="warning", timeout=2)
         return current
 
     def _record_verdict(

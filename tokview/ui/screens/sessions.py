@@ -351,6 +351,14 @@ class SessionTurnsScreen(_LivePolling):
         sample_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return next((r.sample_id for r in self.rows if r.sample_id == sample_id and not r.failed), None)
 
+    def cursor_on_failure(self) -> bool:
+        """Whether the cursor is on a failed request's row (what a curation key there says: no sample to act on)."""
+        table = self._table()
+        if not self.rows or table.cursor_row >= table.row_count:
+            return False
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return any(r.sample_id == key and r.failed for r in self.rows)
+
     def next_pending(self) -> bool:
         """Move the cursor to the next turn below it that nobody has reviewed (`]` here, as on the list); False when
         none follows (it did nothing at all on this screen, though the keys table lists it here)."""
