@@ -224,3 +224,11 @@ def test_a_gpt_oss_raw_turn_goes_back_as_its_analysis_and_final_channels():
     capture = Capture(prompt_ids=[5], output_ids=out, finish_reason="stop")
     reasoning, content = split_on_ids(capture, Decoder(), get_profile("gpt-oss"))
     assert (reasoning, content) == ("<11><12>", "<21><22><23>")
+
+
+def test_only_a_request_refused_as_it_is_stops_a_chain_not_the_servers_state():
+    """A 401 (a key rotated), 403 or 404 (a model reloading) on a later turn stopped the chain for good, exit 0, and a
+    re-run skipped it as stopped: those fail the chain, which the next run asks again whole."""
+    from tokview.batch.capture_loop import REFUSED_REQUEST
+
+    assert {400, 413, 422} == REFUSED_REQUEST

@@ -143,16 +143,19 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
         assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
     assert main(["show", "--db", str(db), "plain_gen0@run1", "--json"]) == 0  # a second run's row gets @run
     assert json.loads(capsys.readouterr().out)["sample_id"] == single
-    # the bare id: the first run by name's sample, as every export writes it (it was refused as "2 samples")
-    assert main(["show", "--db", str(db), "plain_gen0", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["sample_id"] == single
+    # the bare id: an export gives it to the first run by name among the samples it wrote, which `show` cannot know
+    # (a --run or a tag left others out): refused, naming the `@RUN` ids (it named `@SAMPLE_ID`, which no export wrote)
+    assert main(["show", "--db", str(db), "plain_gen0"]) == 1
+    err = capsys.readouterr().err
+    assert "2 samples have the export row id 'plain_gen0': one in each of 2 runs" in err
+    assert "give plain_gen0@run1, plain_gen0@run2" in err
     with Store(db) as store:  # two of one run behind one id (a session's branches): each exported `@SAMPLE_ID`
         for k in range(2):
             branch = make_capture(question=f"branch {k}")
             store.put_sample(f"b{k}", "fork", "run1", branch, analyze(branch, kimi_profile, kimi_tok), turn=1)
     assert main(["show", "--db", str(db), "fork#turn1_gen0"]) == 1
     err = capsys.readouterr().err
-    assert "2 samples have the export row id 'fork#turn1_gen0' (other runs" in err and "b0" in err
+    assert "2 samples have the export row id 'fork#turn1_gen0': give `fork#turn1_gen0@SAMPLE_ID`" in err and "b0" in err
     assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
     assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err
     assert main(["show", "--db", str(db), "my-task"]) == 1  # a conversation's prompt id: its turns are named

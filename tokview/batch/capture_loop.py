@@ -34,6 +34,12 @@ if TYPE_CHECKING:
         def popleft(self) -> Any: ...
 
 
+REFUSED_REQUEST = frozenset({400, 413, 422})
+"""Statuses that refuse the request as it is (malformed, too large, unprocessable): a chain's later turn refused so
+stops there, its turns kept. Not 401/403/404 and the like: a key rotated or a model reloading mid-run is the server's
+state, and cut there, the chain was stopped for good (a re-run skipped it) though the next run could go on."""
+
+
 @dataclass
 class _Failures:
     """The loop's failures in a row, and why it stops early (None: it goes on), shared by its workers."""
@@ -94,8 +100,8 @@ async def capture_all(
         try:
             return await pool.capture(request, prefer=prefer)
         except CaptureFailed as exc:
-            refused = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 429)
-            return exc.reason, exc.url, True, refused  # refused: the request itself, not the server (a chain stops)
+            refused = exc.status in REFUSED_REQUEST  # the request itself, not the server: a chain stops there
+            return exc.reason, exc.url, True, refused
         except Exception as exc:  # a malformed response the servers layer did not classify
             return failure_reason(exc), None, True
 

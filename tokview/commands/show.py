@@ -60,10 +60,7 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
     if len(named) == 1:
         return store.load_sample(named[0])
     if named:
-        raise UserError(
-            f"{len(named)} samples have the export row id {given!r} (other runs, or branches of one conversation, "
-            f"which an export names `…@SAMPLE_ID`): give one of {_first_few(named)}"
-        )
+        raise UserError(f"{len(named)} samples have the export row id {given!r}: {_which(store, given, named)}")
     of_prompt = [
         r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY sample_id", [given])
     ]
@@ -73,6 +70,21 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
             f"{_first_few(of_prompt)}"
         )
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
+
+
+def _which(store: Store, given: str, named: list[str]) -> str:
+    """How to name one of them: an export gave the bare id to the first run by name among the samples it wrote (which
+    `show` cannot know: a `--run`, tag or threshold left others out), `@RUN` to the others, `@SAMPLE_ID` to samples of
+    one run that share it (a session's branches)."""
+    runs = sorted(
+        {r[0] or "" for r in store.query("SELECT run_id FROM samples WHERE list_contains(?, sample_id)", [named])}
+    )
+    if len(runs) == len(named):
+        ids = ", ".join(printable_line(f"{given}@{run}") for run in runs[:5]) + (", …" if len(runs) > 5 else "")
+        return (
+            f"one in each of {len(runs)} runs (an export gives the bare id to the first of its own by name): give {ids}"
+        )
+    return f"give `{printable_line(given)}@SAMPLE_ID` (branches of one conversation), one of {_first_few(named)}"
 
 
 def _first_few(sample_ids: list[str]) -> str:
@@ -118,27 +130,17 @@ def _by_row_id(store: Store, given: str) -> list[str]:
     wrong in a trainer's file is shown without looking its sample id up. The first reading that names a stored
     sample is taken."""
     for prompt, turn, gen, run in _row_id_parses(given)[:32]:
-        sql = "SELECT sample_id, run_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
+        sql = "SELECT sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
         params: list[object] = [prompt, gen]
         sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
         params += [] if turn is None else [turn]
         if run is not None:  # `@run`, or `@sample_id` (samples of one run that share the rest: `row_ids`)
             sql += " AND (run_id = ? OR sample_id = ?)"
             params += [run, run]
-        found = store.query(sql + " ORDER BY sample_id", params)
-        if found and run is None:
-            return _bare_owner(found)
+        found = [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
         if found:
-            return [r[0] for r in found]
+            return found
     return []
-
-
-def _bare_owner(found: list[tuple[Any, ...]]) -> list[str]:
-    """The samples a bare row id names: the export gives it to the first run by name when that run holds one such
-    sample (`export.formats.row_ids`; the others are `@RUN`, a run's branches each `@SAMPLE_ID`), so that one."""
-    owner = min(r[1] or "" for r in found)
-    mine = [r[0] for r in found if (r[1] or "") == owner]
-    return mine if len(mine) == 1 else [r[0] for r in found]
 
 
 def run(args: argparse.Namespace) -> int:
