@@ -338,3 +338,15 @@ def test_a_chain_sglang_refuses_to_go_on_keeps_the_turn_that_shows_why(tmp_path,
             assert {"harmony_tool_json_invalid", "chain_stopped"} <= codes
             assert "was refused by the server: HTTP 400" in s.capture.settings["chain"]["stopped"]
             assert store.query("SELECT count(*) FROM failures") == [(0,)]
+
+
+def test_an_audited_gpt_oss_answer_cut_in_its_analysis_ends_there(oss_tok) -> None:
+    """A truncated row with reasoning and no content was given a final channel header the model never wrote."""
+    from tokview.export.audit import _harmony_answer
+
+    out = _harmony_answer(oss_tok, {"role": "assistant"}, "Let me think about", "", True)
+    assert oss_tok.decode(out, skip_special_tokens=False) == "<|channel|>analysis<|message|>Let me think about"
+    whole = _harmony_answer(oss_tok, {"role": "assistant"}, "Done.", "42.", False)
+    assert oss_tok.decode(whole, skip_special_tokens=False) == (
+        "<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>42.<|return|>"
+    )

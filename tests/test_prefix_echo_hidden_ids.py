@@ -63,3 +63,23 @@ def test_with_logprobs_an_echoed_prefix_is_stored_with_its_finding_not_lost(tmp_
     assert len(logprobs["logprobs"]) == len(output)
     assert logprobs["logprobs"][:4] == [None] * 4 and None not in logprobs["logprobs"][4:]
     assert logprobs["top_ids"][:4] == [[]] * 4 and all(len(t) == 2 for t in logprobs["top_ids"][4:])
+
+
+async def test_a_cumulative_stream_with_an_echoed_prefix_keeps_its_logprobs_aligned():
+    """Streamed (cumulative ids), the echo made the last chunk's logprobs shorter than its ids, read as per-chunk
+    slices and joined: 78 entries for 17 ids, a malformed answer retried and lost."""
+    from tokview.servers import sglang as sg
+    from tokview.servers.http import ServerClient
+
+    prompt = list(range(1000, 1020))
+    with start_simulator(SimConfig(kind="sglang", quirks={"prompt-prefix-bug": 5})) as sim:
+        client = ServerClient(sim.url, timeout=30, concurrency=1)
+        settings = {"max_new_tokens": 12, "temperature": 0.0, "top_p": 1.0, "logprobs": 2}
+        whole = sg.capture_from_generate(
+            await client.post_json("/generate", sg.generate_body(prompt, settings)), prompt
+        )
+        streamed, _ = await sg.generate_stream(client, sg.generate_body(prompt, settings, stream=True), prompt)
+        await client.aclose()
+    assert streamed["output_ids"] == whole["output_ids"] and streamed["output_ids"][:5] == prompt[-5:]
+    assert streamed["output_logprobs"] == whole["output_logprobs"]
+    assert streamed["output_logprobs"][:5] == [None] * 5 and None not in streamed["output_logprobs"][5:]

@@ -354,6 +354,8 @@ def _harmony_answer(
     out: list[int] = []
     if reasoning:
         out += tokenizer.encode("<|channel|>analysis<|message|>") + encode_literal(tokenizer, reasoning)
+        if truncated and not calls and not content:  # cut inside its analysis: no final channel was written
+            return out
         out += tokenizer.encode("<|end|><|start|>assistant")
     if calls:
         function = calls[0].get("function") if isinstance(calls[0], dict) else None

@@ -126,8 +126,10 @@ async def generate_stream(
         raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": [chunks[0], chunks[-1]]}
         last_logprobs = last_meta.get("output_token_logprobs")
         if isinstance(last_logprobs, list) and len(last_logprobs) != len(output_ids):
-            # cumulative ids but per-chunk logprob slices (a build that slices them anyway): join the slices
-            last_meta = {**last_meta, **incremental_logprobs(chunks, where)}
+            echo = len(output_ids) - len(last_logprobs)  # SGLang's prompt-prefix bug: the ids begin with the
+            if not (0 < echo <= len(prompt_ids) and output_ids[:echo] == prompt_ids[-echo:]):  # prompt's tail
+                # cumulative ids but per-chunk logprob slices (a build that slices them anyway): join the slices
+                last_meta = {**last_meta, **incremental_logprobs(chunks, where)}
     else:
         output_ids = [i for c in ids_per_chunk for i in c]
         text = "".join(t or "" for t in texts)
