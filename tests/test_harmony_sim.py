@@ -350,3 +350,15 @@ def test_an_audited_gpt_oss_answer_cut_in_its_analysis_ends_there(oss_tok) -> No
     assert oss_tok.decode(whole, skip_special_tokens=False) == (
         "<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>42.<|return|>"
     )
+
+
+async def test_doctor_says_a_gpt_oss_output_is_channels_not_an_answer_and_a_stop(oss_dir, oss_tok) -> None:
+    """Doctor said of gpt-oss "no think delimiters: the output is the answer, then a stop id"."""
+    from tokview.core.profiles import get_profile
+    from tokview.servers.doctor import run_doctor
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        report = await run_doctor(sim.url, tokenizer=oss_tok, profile=get_profile("gpt-oss"), timeout=10.0)
+    checks = {c["title"]: c for c in report.to_dict()["checks"]}
+    detail = checks["Think opener in the prompt"]["detail"]
+    assert "Harmony channels" in detail and "then a stop id" not in detail

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from tokview.core.alignment import HIDDEN
 from tokview.core.analysis import analyze
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
 from tokview.core.segments import prompt_opens_reasoning
 from tokview.servers.capture import merge_dual
@@ -150,11 +150,13 @@ def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int]
         else f"the {p.name} profile names no template kwarg that turns thinking off; check --profile"
     )
     if not p.has_reasoning:
-        doc.add(
-            "ok",
-            "Think opener in the prompt",
-            f"the {p.name} profile has no think delimiters: the output is the answer, then a stop id",
+        said = (
+            f"the {p.name} profile reasons in Harmony channels, not think tags: the output is its analysis and final "
+            "messages (or a call), each after its channel header"
+            if p.format == HARMONY
+            else f"the {p.name} profile has no think delimiters: the output is the answer, then a stop id"
         )
+        doc.add("ok", "Think opener in the prompt", said)
         return
     if not served:
         doc.add(
