@@ -116,3 +116,26 @@ async def test_a_replica_answering_garbage_fails_no_sample_a_healthy_one_can_sco
         config = ScoreConfig(servers=[bad, sim.url], retries=1, any_vocabulary=True, backend="vllm")
         summary = await run_score(config, store)
         assert (summary.ok, summary.failed) == (6, 0), summary.failures_by_reason
+
+
+async def test_an_answer_the_only_server_gives_unreadably_fails_at_once(tmp_path, json_server):
+    """Retried on the same server, an answer it gives the same every time took four attempts and their backoff for
+    each sample (hours for a large run on one such server): with no other server it fails at the first."""
+    import time
+
+    calls: list[str] = []
+
+    def garbage(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        calls.append(path)
+        return 200, {"choices": [{"text": "", "prompt_logprobs": [None], "finish_reason": "length"}]}
+
+    url, _ = json_server({**VLLM_INFO, "/v1/completions": garbage})
+    with Store(tmp_path / "s.duckdb") as store:
+        for k in range(3):
+            capture = make_capture(question=f"question {k}")
+            store.put_sample(f"q{k}@x_gen0", f"q{k}", "imported", capture, analyze(capture, profile(), kimi()))
+        started = time.monotonic()
+        summary = await run_score(ScoreConfig(servers=[url], retries=3, any_vocabulary=True), store)
+        assert (summary.ok, summary.failed) == (0, 3)
+        assert len(calls) == 3 and time.monotonic() - started < 5
+        assert not any("gave up after" in reason for reason in summary.failures_by_reason)

@@ -149,6 +149,12 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
     err = capsys.readouterr().err
     assert "2 samples have the export row id 'plain_gen0': one in each of 2 runs" in err
     assert "give plain_gen0@run1, plain_gen0@run2" in err
+    with Store(db) as store:  # a sample of no run: named by its sample id (`plain_gen0@` names nothing)
+        loose = make_capture(question="no run")
+        store.put_sample("loose@x_gen0", "loose", None, loose, analyze(loose, kimi_profile, kimi_tok), gen_index=0)
+        store.put_sample("loose@y_gen0", "loose", "run2", loose, analyze(loose, kimi_profile, kimi_tok), gen_index=0)
+    assert main(["show", "--db", str(db), "loose_gen0"]) == 1
+    assert "give loose@x_gen0, loose_gen0@run2" in capsys.readouterr().err
     with Store(db) as store:  # two of one run behind one id (a session's branches): each exported `@SAMPLE_ID`
         for k in range(2):
             branch = make_capture(question=f"branch {k}")

@@ -122,7 +122,7 @@ class ChainResult:
 
 Attempt = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Any]]
 """Capture one turn (messages, extra template kwargs): the capture, or (failure reason, server, sent[, refused]):
-refused, the server answered 4xx to the request (not 408 or 429)."""
+refused, the server refused the request as it is (400, 413, 422: `capture_loop.REFUSED_REQUEST`)."""
 
 
 async def run_chain(

@@ -76,14 +76,13 @@ def _which(store: Store, given: str, named: list[str]) -> str:
     """How to name one of them: an export gave the bare id to the first run by name among the samples it wrote (which
     `show` cannot know: a `--run`, tag or threshold left others out), `@RUN` to the others, `@SAMPLE_ID` to samples of
     one run that share it (a session's branches)."""
-    runs = sorted(
-        {r[0] or "" for r in store.query("SELECT run_id FROM samples WHERE list_contains(?, sample_id)", [named])}
+    found = store.query(
+        "SELECT run_id, sample_id FROM samples WHERE list_contains(?, sample_id) ORDER BY 1 NULLS FIRST", [named]
     )
-    if len(runs) == len(named):
-        ids = ", ".join(printable_line(f"{given}@{run}") for run in runs[:5]) + (", …" if len(runs) > 5 else "")
-        return (
-            f"one in each of {len(runs)} runs (an export gives the bare id to the first of its own by name): give {ids}"
-        )
+    if len({run for run, _ in found}) == len(named):  # one a run: `@RUN` names each (a sample of no run, its id)
+        ids = [printable_line(f"{given}@{run}" if run else sample_id) for run, sample_id in found]
+        listed = ", ".join(ids[:5]) + (", …" if len(ids) > 5 else "")
+        return f"one in each of {len(ids)} runs (an export gives the bare id to the first of its own by name): give {listed}"
     return f"give `{printable_line(given)}@SAMPLE_ID` (branches of one conversation), one of {_first_few(named)}"
 
 

@@ -131,7 +131,7 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"{pad}output p50 {_or_na(out['p50'])} p90 {_or_na(out['p90'])} max {_or_na(out['max'])} mean "
             f"{_or_na(out['mean'])} · prompt p50 {_or_na(r['prompt_len']['p50'])} · acceptance length {_number(acc['mean_acceptance_length'])} "
-            f"({acc['samples']} with metrics) · target NLL {_number(nll['mean'], 3)} (the mean of {nll['samples']} scored samples')"
+            f"({acc['samples']} with metrics) · target NLL {_number(nll['mean'], 3)} (mean over {plural(nll['samples'], 'scored sample')})"
         )
         found = ", ".join(f"{code} {n}" for code, n in r["findings"].items()) or "none"
         lines.append(f"{pad}findings (samples per code): {found}")

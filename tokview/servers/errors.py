@@ -70,6 +70,12 @@ class Retryable(Exception):
         self.timed_out = timed_out
 
 
+class RetryElsewhere(Retryable):
+    """An answer this server will give again (one `tokview score` cannot read): worth another attempt only on another
+    server. The pool fails it at once when no other healthy server is left (retried on the same one, every sample of a
+    100k-sample run on an unreadable server took four attempts and their backoff)."""
+
+
 def error_message(body: bytes | str, limit: int = 300) -> str:
     """The server's own error message out of whatever shape it used (OpenAI, FastAPI, plain text), at most `limit`
     characters (`cut`). JSON is written as it reads (`ensure_ascii=False`): a password with `ä` escaped as `\u00e4`

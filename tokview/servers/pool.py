@@ -19,7 +19,7 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerError
 from tokview.errors import UserError
 from tokview.servers.capture import BACKENDS, capture_on
-from tokview.servers.errors import CaptureFailed, KindMismatch, Retryable, ServerUnreachable
+from tokview.servers.errors import CaptureFailed, KindMismatch, Retryable, RetryElsewhere, ServerUnreachable
 from tokview.servers.features import (
     credentials_refused,
     detect,
@@ -197,6 +197,8 @@ class ServerPool:
             except Retryable as exc:
                 exc.url = server.client.url
                 self._failed(server, exc)
+                if isinstance(exc, RetryElsewhere) and not any(s.healthy and s is not server for s in self._servers):
+                    raise CaptureFailed(exc.reason, status=exc.status, url=exc.url) from None
                 raise
             except CaptureFailed as exc:
                 if exc.url is None:  # the failure names its server (a speculators errors.jsonl row's `endpoint`)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokview.core import logprobs as lp
-from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.errors import CaptureFailed, RetryElsewhere
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import choose
@@ -49,11 +49,11 @@ async def score_on(
     try:
         found = await choice.raw.score(client, info, ids, start, top_k)
     except lp.MalformedLogprob as exc:  # a broken answer: failed, so a later run scores the sample again
-        raise Retryable(f"malformed response from {client.url}: {exc}") from None
+        raise RetryElsewhere(f"malformed response from {client.url}: {exc}") from None
     except lp.LogprobShapeError as exc:
-        # retried as a batch retries a malformed answer: the pool's next attempt goes to the next server, so one
-        # replica answering garbage fails no sample a healthy one can score (it failed each of its samples)
-        raise Retryable(f"cannot score on {client.url}: {exc}") from None
+        # another server may read it (a replica answering garbage failed samples a healthy one could score); the
+        # same one answers the same again, so with no other the sample fails at once (`RetryElsewhere`)
+        raise RetryElsewhere(f"cannot score on {client.url}: {exc}") from None
     return TargetScore(found, client.url, choice.name, info.model)
 
 
