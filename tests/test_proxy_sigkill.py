@@ -412,6 +412,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _ask_three(url: str, model: str, headers: dict[str, str] | None = None) -> None:
+    """`question 0`..`question 2` through the proxy, each answered (the client has it) before the next."""
+    for n in range(3):
+        body = {"model": model, "messages": [{"role": "user", "content": f"question {n}"}], "max_tokens": 8}
+        assert httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30).status_code == 200
+
+
+def _kill_all(proc: subprocess.Popen, children: list[int]) -> None:
+    """The proxy and its recorder gone, whatever a test left running."""
+    for pid in [proc.pid, *children]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 def test_sigkill_to_the_whole_group_keeps_the_answers_clients_already_have(tmp_path):
     """`kill -9 -PGID` (a container's or a service's hard stop) reached the recorder child too: the answers it had
     gathered (~0.15 s of them) or that were still in the pipe were lost, though their clients had them (the last
@@ -427,23 +444,12 @@ def test_sigkill_to_the_whole_group_keeps_the_answers_clients_already_have(tmp_p
             _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             children = _children(proc.pid)
-            for n in range(3):
-                body = {
-                    "model": sim.cfg.model_name,
-                    "messages": [{"role": "user", "content": f"question {n}"}],
-                    "max_tokens": 8,
-                }
-                assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+            _ask_three(url, sim.cfg.model_name)
             os.killpg(proc.pid, signal.SIGKILL)  # at once: the last answer is still in the pipe or gathered
             proc.wait(10)
             _wait_until(lambda: not any(_alive(c) for c in children), "the recorder to land what it had", 60)
         finally:
-            for pid in [proc.pid, *children]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait()
+            _kill_all(proc, children)
     assert children  # the recorder child was seen
     with Store(db) as store:
         rows = store.query("SELECT messages FROM samples ORDER BY created_at")
@@ -469,15 +475,7 @@ def test_a_kill_of_the_proxy_and_its_recorder_together_loses_no_answer_a_client_
                 children = _children(proc.pid)
                 if start == 1:  # the second start recorded the first's leftovers before it listened
                     break
-                for n in range(3):
-                    body = {
-                        "model": sim.cfg.model_name,
-                        "messages": [{"role": "user", "content": f"question {n}"}],
-                        "max_tokens": 8,
-                    }
-                    headers = {"Authorization": f"Bearer {secret}"}
-                    answer = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
-                    assert answer.status_code == 200
+                _ask_three(url, sim.cfg.model_name, {"Authorization": f"Bearer {secret}"})
                 time.sleep(0.05)  # the recorder took the last answer off its pipe (it writes parts 0.15 s later)
                 spool = next(tmp_path.glob(".tokview-proxy-spool-*"))
                 journals = list(spool.glob("spool-c*"))
@@ -488,12 +486,7 @@ def test_a_kill_of_the_proxy_and_its_recorder_together_loses_no_answer_a_client_
                 if start == 1:
                     os.killpg(proc.pid, signal.SIGTERM)
                     proc.wait(30)
-                for pid in [proc.pid, *children]:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                proc.wait()
+                _kill_all(proc, children)
     with Store(db) as store:
         rows = store.query("SELECT messages, sample_id FROM samples ORDER BY sample_id")
     assert sorted(n for n in range(3) for r in rows if f"question {n}" in r[0]) == [0, 1, 2], rows
