@@ -98,10 +98,11 @@ class SpoolDone:
 
 
 class _Spool:
-    """One spool file of the parent: answers appended as `!i`-length-prefixed pickles, each whole in one write."""
+    """One spool file: answers appended as `!i`-length-prefixed pickles, each whole in one write. The parent's are
+    `spool-NNNNNN`, the recorder child's journals `spool-cNNNNNN` (`kind="c"`: numbered apart)."""
 
-    def __init__(self, directory: str, number: int) -> None:
-        self.path = os.path.join(directory, f"spool-{number:06d}")
+    def __init__(self, directory: str, number: int, kind: str = "") -> None:
+        self.path = os.path.join(directory, f"{spool_folder.SPOOL_PREFIX}{kind}{number:06d}")
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.size = 0
 
@@ -620,9 +621,7 @@ class _Journal:
     def __init__(self, directory: str | None, spools: _SpoolReader) -> None:
         self.directory, self.spools = directory, spools
         self.number = 0
-        self.fd: int | None = None
-        self.path = ""
-        self.size = 0
+        self.file: _Spool | None = None
         self.failed = directory is None
 
     def add(self, sample_id: str, data: bytes, item: Finished | Failed) -> str:
@@ -633,17 +632,12 @@ class _Journal:
             masked = replace(item, raw=without_secrets(item.raw, item.client_secrets), client_secrets=())  # broke it)
             data = pickle.dumps(masked, protocol=pickle.HIGHEST_PROTOCOL)
         record = pickle.dumps(spool_folder.Journaled(sample_id, data), protocol=pickle.HIGHEST_PROTOCOL)
-        framed = struct.pack("!i", len(record)) + record
         try:
-            if self.fd is None:
+            if self.file is None:
                 assert self.directory is not None
                 self.number += 1
-                self.path = os.path.join(self.directory, f"{spool_folder.SPOOL_PREFIX}c{self.number:06d}")
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                self.size = 0
-            if os.write(self.fd, framed) != len(framed):
-                raise OSError("the journal took only part of an answer")
-            self.size += len(framed)
+                self.file = _Spool(self.directory, self.number, kind="c")
+            self.file.append(record)
         except OSError:
             self.failed = True  # recorded all the same, as before the journal
         return sample_id
@@ -651,12 +645,12 @@ class _Journal:
     def close(self, handed: int) -> None:
         """The gather's file is whole: removed once the writer has written `handed` items (its answers among them);
         the child's end-of-run read of spool files skips it (`read_to`: read to its end)."""
-        if self.fd is None:
+        if self.file is None:
             return
-        os.close(self.fd)
-        self.fd = None
-        self.spools.read_to[self.path] = self.size
-        self.spools.read_whole.append((self.path, handed))
+        self.file.close()
+        self.spools.read_to[self.file.path] = self.file.size
+        self.spools.read_whole.append((self.file.path, handed))
+        self.file = None
 
 
 def _open(spec: ChildSpec, link: _Link) -> Any:
