@@ -192,11 +192,8 @@ def _describe(identity: tuple[Any, ...]) -> str:
 def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str) -> set[str]:
     """MergeRefused unless the attached `src` is a tokview store this tokview reads, of the target's model,
     tokenizer, profile and special tokens; returns the source's tables (an older one lacks some)."""
-    from tokview.store.schema import (
-        LATEST_VERSION,
-        SchemaError,
-        version_in,
-    )  # here: the schema imports DuckDB, the special-id helpers do not
+    # here: the schema imports DuckDB, the special-id helpers do not
+    from tokview.store.schema import LATEST_VERSION, SchemaError, version_in
 
     tables = {
         r[0]
