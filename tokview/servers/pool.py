@@ -197,7 +197,7 @@ class ServerPool:
             except Retryable as exc:
                 exc.url = server.client.url
                 self._failed(server, exc)
-                if isinstance(exc, RetryElsewhere) and not any(s.healthy and s is not server for s in self._servers):
+                if isinstance(exc, RetryElsewhere) and not self._another_healthy(server):
                     raise CaptureFailed(exc.reason, status=exc.status, url=exc.url) from None
                 raise
             except CaptureFailed as exc:
@@ -231,13 +231,17 @@ class ServerPool:
                 return preferred
         n = len(self._servers)
         order = [self._servers[(self._next + k) % n] for k in range(n)]
-        if avoid is not None and any(s.healthy and s is not avoid for s in order):  # a retry: another server first
+        if avoid is not None and self._another_healthy(avoid):  # a retry: another server first
             order = [s for s in order if s is not avoid]
         choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or next(
             s for s in order if s.healthy
         )
         self._next = (self._servers.index(choice) + 1) % n
         return choice
+
+    def _another_healthy(self, server: _Server) -> bool:
+        """Whether a retry has somewhere else to go than `server`."""
+        return any(s.healthy and s is not server for s in self._servers)
 
     def _failed(self, server: _Server, exc: Retryable) -> None:
         server.last_error = server.client.secrets.scrub(exc.reason)
