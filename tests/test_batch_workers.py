@@ -6,7 +6,6 @@ protocol, never by time."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -143,9 +142,16 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
                 loop.call_soon_threadsafe(killed.set)
         return last
 
+    held_too_long: list[bool] = []
+
     async def capture(self, request, **kw):  # patched in this process only: the spawned child captures freely
-        with contextlib.suppress(TimeoutError):  # only so that a regression fails instead of hanging
-            await asyncio.wait_for(killed.wait(), 120)
+        # As if its request were out: the children are spawned once one is (`runner._Spawn`). Held before
+        # sending, no request went out, so no child was spawned until this wait timed out: the test took 2 minutes.
+        self.generation_sent.set()
+        try:
+            await asyncio.wait_for(killed.wait(), 60)
+        except TimeoutError:  # a regression fails instead of hanging
+            held_too_long.append(True)
         return await real_capture(self, request, **kw)
 
     monkeypatch.setattr(WorkerGroup, "_handle", handle)
@@ -156,6 +162,7 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
         config = config_for(sim, prompts)
         summary = await run_batch(config, store)
         first = stored_ids(store)
+        assert not held_too_long, "the child was never killed: the parent's captures waited out their hold"
         assert summary.balanced, summary.render()
         said = summary.stopped if summary.abandoned else " ".join(summary.notes)
         assert said

@@ -466,5 +466,8 @@ async def test_a_proxied_turns_inspect_title_names_its_session_and_turn(recorded
     app = _app(recorded, tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
         app.open_sample(sample_id)
-        await _until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
+        # Pushed is not composed: on a busy box the title was asked for before it was there.
+        await _until(
+            pilot, lambda: isinstance(app.screen, InspectScreen) and app.screen.query("#inspect-title"), "its title"
+        )
         assert "user:alice #turn1" in str(app.screen.query_one("#inspect-title").render())
