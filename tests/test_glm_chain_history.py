@@ -97,6 +97,7 @@ CASES = {
         KIMI_ID["</think>"],
         [KIMI_ID["<|im_middle|>"], KIMI_ID["<think>"], KIMI_ID["</think>"]],
     ),
+    "kimi-k2-thinking": (KIMI_TRACE, kimi_keeps, KIMI_ID["<think>"], KIMI_ID["</think>"], []),
 }
 """profile -> (trace, the template's rule, think open id, think close id, the ids a dropped turn starts with)."""
 
@@ -179,6 +180,29 @@ def test_kimi_k26_without_a_tokenizer_folder_serves_and_renders_k26s_template(tm
         out = earlier.capture.output_ids
         kept = [KIMI_ID["<think>"], *out[: out.index(KIMI_ID["</think>"]) + 1]]
         assert _contains(last.prompt_ids, kept), f"served turn {j}'s reasoning is in the last prompt"
+    codes = {f.code for t in turns for f in t.findings}
+    assert "prompt_render_mismatch" not in codes, codes
+
+
+def test_kimi_k2_thinking_without_a_tokenizer_folder_serves_prompts_the_model_opens_its_reasoning_after(tmp_path):
+    """`--profile kimi-k2-thinking` with no `--tokenizer` served and rendered K2.5's template, which pre-fills the
+    `<think>` the profile says K2-Thinking writes itself. Now its own variant: the prompt ends `<|im_middle|>`, each
+    answer opens with `<think>`, the history keeps a tool loop's reasoning once (no doubled opener), and the local
+    render agrees with the served prompt."""
+    k2t = kimi_tokenizer_dir(model="kimi-k2-thinking")
+    assert k2t not in (kimi_tokenizer_dir(), kimi_tokenizer_dir(model="kimi-k2.6"))
+    detected = detect_profile(load_tokenizer(k2t))
+    assert (detected.name, detected.prefills_opener, detected.thinking_kwarg) == ("kimi-k2-thinking", False, None)
+    turns = _run(tmp_path, "kimi-k2-thinking", None, "template")
+    assert len(turns) == 4
+    think, close = KIMI_ID["<think>"], KIMI_ID["</think>"]
+    for t in turns:
+        assert t.capture.prompt_ids[-1] == KIMI_ID["<|im_middle|>"]
+        assert t.capture.output_ids[0] == think
+        assert not _contains(t.capture.prompt_ids, [think, think])
+        assert not [f.code for f in t.findings if f.severity == "error"], t.findings
+    loop_call = turns[2].capture.output_ids  # the call of the loop the last turn is in: its reasoning is kept
+    assert _contains(turns[3].capture.prompt_ids, loop_call[: loop_call.index(close) + 1])
     codes = {f.code for t in turns for f in t.findings}
     assert "prompt_render_mismatch" not in codes, codes
 

@@ -201,7 +201,24 @@ K26_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
 assistant index to -1 then, and renders `<think></think>` for `thinking: false` only when it is false)."""
 assert K26_CHAT_TEMPLATE.count("preserve_thinking") == 2 and K26_CHAT_TEMPLATE.count("keep_all") == 4
 
-MODELS = {"kimi-k2.5": CHAT_TEMPLATE, "kimi-k2.6": K26_CHAT_TEMPLATE}
+K2_THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{%- if loop.index0 <= ns.last_plain or (thinking is defined and thinking is false) -%}",
+    "{%- if loop.index0 <= ns.last_plain -%}",
+).replace(
+    "<|im_assistant|>assistant<|im_middle|>"
+    "{%- if thinking is defined and thinking is false -%}<think></think>"
+    "{%- else -%}<think>{%- endif -%}"
+    "{%- endif -%}",
+    "<|im_assistant|>assistant<|im_middle|>{%- endif -%}",
+)
+"""Kimi-K2-Thinking's variant (protocols §3.3): the generation prompt ends `<|im_middle|>` and the model writes its own
+`<think>`; no `thinking` switch (the model always reasons). Served for `--profile kimi-k2-thinking`: with K2.5's
+template the prompt pre-filled the `<think>` the profile says the model writes, so every answer opened reasoning twice."""
+assert "thinking" not in K2_THINKING_CHAT_TEMPLATE and K2_THINKING_CHAT_TEMPLATE.endswith(
+    "<|im_assistant|>assistant<|im_middle|>{%- endif -%}"
+)
+
+MODELS = {"kimi-k2.5": CHAT_TEMPLATE, "kimi-k2.6": K26_CHAT_TEMPLATE, "kimi-k2-thinking": K2_THINKING_CHAT_TEMPLATE}
 """The layouts built: one vocabulary, each model's template (a run serves or renders the one its profile names)."""
 
 

@@ -517,9 +517,10 @@ def get_profile(name: str) -> ModelProfile:
 def default_tokenizer_dir(profile: str | None, *, think_special: bool = True) -> Path:
     """The built-in Kimi-layout tokenizer a run without `--tokenizer` uses: K2.6's variant for the `kimi-k2.6`
     profile (its template reads `preserve_thinking`, so `--history-reasoning all` changes the prompt as on a real
-    K2.6), else K2.5's (a profile file too)."""
+    K2.6), K2-Thinking's for `kimi-k2-thinking` (its prompt does not pre-fill `<think>`), else K2.5's (a profile
+    file too)."""
     name = ALIASES.get((profile or "").lower(), (profile or "").lower())
-    model = "kimi-k2.6" if name == "kimi-k2.6" else "kimi-k2.5"
+    model = name if name in ("kimi-k2.6", "kimi-k2-thinking") else "kimi-k2.5"
     return kimi_tokenizer_dir(think_special=think_special, model=model)
 
 
