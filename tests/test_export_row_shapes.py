@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,33 @@ def test_an_export_within_one_read_is_written_in_its_own_order(mixed_store, tmp_
     assert "row_shapes" not in json.loads(out.with_name("s.manifest.json").read_text())
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert ids[0].startswith("a-000")
+
+
+@pytest.mark.parametrize("fmt", ["speculators", "trajectory"])
+def test_a_streamed_export_that_cannot_be_reordered_says_the_loader_fails_on_it(
+    mixed_store, fmt, tmp_path, monkeypatch, capsys
+) -> None:
+    """`--out -` cannot move rows ahead: its rows went out in their own order with no word, and the file they landed
+    in failed in the loader. The summary now says how many rows the first read lacks, and that a file export helps."""
+    monkeypatch.setattr(row_shapes, "LOADER_CHUNK_BYTES", READ)
+    fifo = tmp_path / "rows.fifo"  # a stream, as `--out -` is (in this process: the loader's read made small)
+    os.mkfifo(fifo)
+    landed = tmp_path / "landed.jsonl"
+    reader = threading.Thread(target=lambda: landed.write_bytes(fifo.read_bytes()))
+    reader.start()
+    try:
+        code = main(["export", "--db", str(mixed_store), "--format", fmt, "--select", "all", "--out", str(fifo)])
+    finally:
+        reader.join(timeout=60)
+    assert code == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if "load_dataset" in line]
+    assert len(warning) == 1 and warning[0].startswith("WARNING: "), err
+    assert "--out PATH" in warning[0]
+    with pytest.raises(Exception) as failed:  # what it warns of
+        _load(landed, tmp_path / "hf")
+    why = str(failed.value.__cause__ or failed.value)
+    assert "cast" in why or "match" in why, why
+    out = tmp_path / f"{fmt}.jsonl"  # the same to a file: moved, no warning
+    assert main(["export", "--db", str(mixed_store), "--format", fmt, "--select", "all", "--out", str(out)]) == 0
+    assert "load_dataset" not in capsys.readouterr().err

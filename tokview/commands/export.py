@@ -32,6 +32,7 @@ from tokview.commands.once import GivenOnce
 from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.commands.vocabulary_check import refuse_another_vocabulary
 from tokview.errors import UserError
+from tokview.export import row_shapes
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -236,6 +237,13 @@ def summary(result: ExportResult) -> str:
     unfit = result.seen.unfit if result.seen is not None else None
     if unfit and result.select == "all":  # --include-invalid asked for them: the manifest counts them
         lines.append(f"WARNING: {unfit_warning(unfit)}")
+    if result.late_in_stream:
+        lines.append(
+            f"WARNING: {result.late_in_stream} rows past the first {row_shapes.LOADER_CHUNK_BYTES / 2**20:g} MiB of this "
+            "stream bring "
+            "keys or types no row before them has: datasets.load_dataset('json') (speculators, SpecForge) fails on "
+            "the file it lands in; export to a file (--out PATH), which moves them first"
+        )
     if result.left_out:
         reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())
         lines.append(

@@ -74,6 +74,10 @@ class RowShapes:
         """Whether a row shape first appears past the loader's first read."""
         return any(start >= LOADER_CHUNK_BYTES for start, _ in self.exemplars)
 
+    def late_count(self) -> int:
+        """The rows whose shape first appears past the loader's first read."""
+        return sum(1 for start, _ in self.exemplars if start >= LOADER_CHUNK_BYTES)
+
     def front_bytes(self) -> int:
         return sum(length for _, length in self.exemplars)
 
@@ -84,7 +88,7 @@ def move_exemplars_first(path: Path, shapes: RowShapes) -> int:
     `.NAME.PID.RANDOM.partial` gets `.NAME.PID.RANDOM.rows.partial`, which a later export removes if this one is
     killed (`output.clean_stale_partials`)."""
     moving = {start for start, _ in shapes.exemplars}
-    moved = sum(1 for start in moving if start >= LOADER_CHUNK_BYTES)
+    moved = shapes.late_count()
     stem = path.name.removesuffix(".partial")
     temp = path.with_name(f"{stem}.rows.partial")
     try:

@@ -82,7 +82,7 @@ class Trajectories:
     breaks: list[dict[str, Any]] = field(default_factory=list)
     row_lengths: list[int] = field(default_factory=list)
     shapes: RowShapes | None = None
-    """The written file's row shapes (a regular file's, not a stream's): `export.row_shapes`."""
+    """The written rows' shapes (`export.row_shapes`): a regular file's are moved first, a stream's warned of."""
 
     def section(self) -> dict[str, Any]:
         by_reason: dict[str, int] = {}
@@ -331,7 +331,7 @@ def write_trajectories(
     keys = export_rows.conversation_turns(store, [e[0] for e in exported])
     bare = bare_id_runs(keys)
     used: set[str] = set()
-    summary.shapes = RowShapes() if plan.data else None
+    summary.shapes = RowShapes()
     fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed below)
     try:
         for row in build(store, keys, profile_of, summary):

@@ -113,6 +113,9 @@ class ExportResult:
     table_section: dict[str, Any] = field(default_factory=dict)
     """What a table writer reports for the manifest (`trajectory`: conversations, rows, splits)."""
     row_shapes: dict[str, Any] = field(default_factory=dict)
+    late_in_stream: int = 0
+    """Rows of a streamed export (`--out -`, a FIFO) whose shape first appears past a JSON loader's first read: a
+    stream cannot be reordered, so its summary warns that `datasets.load_dataset('json')` fails on what it wrote."""
     """Rows moved to the front of a JSONL file so a trainer's JSON loader sees every row shape in its first read
     (`export.row_shapes`), when any was."""
 
@@ -363,15 +366,14 @@ class _Sink:
         self.digest = hashlib.sha256()
         self.size = 0
         self.fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
-        self.shapes = RowShapes() if plan.data else None  # a stream cannot be reordered
+        self.shapes = RowShapes()  # a stream cannot be reordered: noted still, to warn (`late_in_stream`)
 
     def write(self, record: dict[str, Any]) -> None:
         data = strict_json_line(record)
         self.digest.update(data)
         self.size += len(data)
         self.fh.write(data)
-        if self.shapes is not None:
-            self.shapes.note(record, len(data))
+        self.shapes.note(record, len(data))
 
     def close(self) -> None:
         self.fh.close()
@@ -508,6 +510,8 @@ def _export_to(
     if plan.data is not None and shapes is not None and shapes.late_exemplars():
         result.row_shapes = shapes_section(move_exemplars_first(plan.data.temp, shapes), shapes)
         sink = None  # the file was rewritten: hashed below
+    elif shapes is not None and shapes.late_exemplars():  # a stream: what a file would have had moved, said
+        result.late_in_stream = shapes.late_count()
     if sink is not None:
         result.data_sha256, result.data_bytes = sink.digest.hexdigest(), sink.size
     elif plan.data is not None:
