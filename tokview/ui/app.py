@@ -8,6 +8,7 @@ that fails reaches one handler here (`on_worker_state_changed`), which notifies;
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -92,6 +93,8 @@ class NextFound(Message):
 
 
 STORE_TROUBLE = (StoreError, UnknownSample)
+QUIT_AGAIN_S = 4.0
+"""How soon a second quit leaves during a generate run (`TokviewApp.action_quit`)."""
 """What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
 
 
@@ -112,6 +115,8 @@ class TokviewApp(App[None]):
         self._asked = 0
         self._asked_from: Screen[object] | None = None
         """The sample loaded last: shown once no dialog is open (`_show_ready`)."""
+        self._quit_asked_at = float("-inf")
+        """When quit was refused for a generate run (`action_quit`): a second press soon after quits."""
 
     def notify(
         self,
@@ -688,6 +693,22 @@ class TokviewApp(App[None]):
         from tokview.ui.screens.sessions import SessionsScreen
 
         self._push_panel(SessionsScreen)
+
+    async def action_quit(self) -> None:
+        """Quit; during a generate run only on a second press within a few seconds: ctrl+q left mid-run at once, its
+        requests in flight lost, where esc on the panel refuses to leave a running run."""
+        running = any(getattr(screen, "cancel_event", None) is not None for screen in self.screen_stack)  # generate's
+        now = time.monotonic()
+        if running and now - self._quit_asked_at > QUIT_AGAIN_S:
+            self._quit_asked_at = now
+            self.notify(
+                "a generate run is in progress: ctrl+c on its panel cancels it (what was written is kept); "
+                "quit again to leave now",
+                severity="warning",
+                timeout=QUIT_AGAIN_S,
+            )
+            return
+        self.exit()
 
     def action_toggle_theme(self) -> None:
         """Switch light/dark and remember it: `[ui] theme` in the config file in use, that one key only."""

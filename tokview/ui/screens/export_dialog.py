@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static, Switch
@@ -24,6 +24,7 @@ from textual.worker import Worker
 from tokview.store.connection import is_duckdb_file
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
+from tokview.ui.form_words import in_words, reword
 from tokview.ui.screens.modals import NARROW_BREAKPOINTS
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.select import Select
@@ -31,6 +32,18 @@ from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
+
+
+DIALOG_NAMES = {
+    "--select": "selection",
+    "--run": "run",
+    "--tag": "tags",
+    "--without-tag": "without tags",
+    "--include-invalid": "+invalid",
+    "--out": "path",
+    "--format": "format",
+}
+"""`tokview export`'s flags → this dialog's labels: its errors and summary are the command's (`form_words`)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +77,9 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
     ExportDialog .export-row { height: 3; }
     ExportDialog .export-row Label { width: 12; padding: 1 1 0 0; }
     ExportDialog .export-row Input, ExportDialog .export-row Select { width: 1fr; }
-    ExportDialog #export-summary { height: auto; max-height: 8; }
+    /* scrolls: cut at 8 lines, a summary's last lines (how exact each trainer's path is) were never seen */
+    ExportDialog #export-summary-box { height: auto; max-height: 14; }
+    ExportDialog #export-summary { height: auto; }
     """
 
     class Done(Message):
@@ -103,7 +118,8 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             with Horizontal(classes="export-row"):
                 yield Label("path")
                 yield Input(self._default_path(DEFAULT_FORMAT), id="export-path")
-            yield Static("", id="export-summary")
+            with VerticalScroll(id="export-summary-box"):
+                yield Static("", id="export-summary")
         yield KeysFooter()
 
     def _default_path(self, fmt: str) -> str:
@@ -162,6 +178,9 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             other = "exports them already" if request.select == "all" else "leaves every invalid sample out"
             self._say(f"+invalid goes with the approved selection ({request.select} {other})")
             return
+        if request.out == "-":  # `tokview export --out -` streams to stdout: the app's stdout is no file to read back
+            self._say("the dialog writes a file: give its path (- streams, from `tokview export --out -`)")
+            return
         target = Path(request.out)  # `request` expanded `~`
         if is_duckdb_file(target):  # refused by the export anyway: not offered to be replaced first
             self._say(f"{target} is a DuckDB database (a store?): choose another file")
@@ -203,7 +222,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             tags=request.tags,
             without_tags=request.without_tags,
         )
-        self.post_message(self.Done(summary(result)))
+        self.post_message(self.Done(in_words(summary(result), DIALOG_NAMES)))
 
     @on(Done)
     def _done(self, event: Done) -> None:
@@ -215,6 +234,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.running = False  # the app says it too (a falsy answer forwards the failure)
+        reword(error, DIALOG_NAMES)
         self.query_one("#export-summary", Static).update(plain(failure_text(error)))
 
     def action_cancel(self) -> None:

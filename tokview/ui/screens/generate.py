@@ -10,7 +10,6 @@ prompts) raises: the progress line says why and the app's one handler notifies.
 from __future__ import annotations
 
 import asyncio
-import re
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -30,6 +29,7 @@ from tokview.batch.progress import progress_line
 from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
+from tokview.ui.form_words import in_words, reword
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
@@ -63,6 +63,13 @@ FORM_NAMES = {
     "--retries": "retries",
     "--logprobs": "logprobs",
     "--run": "run",
+    "--mode chat": "mode parsed chat",
+    "--mode raw": "mode raw ids",
+    "--mode dual": "mode dual",
+    "--db": "store",
+    "max_new_tokens": "max tok",
+    "samples_per_prompt": "samples",
+    "temperature": "temp",
 }
 RERUN, RERUN_FORM = "re-run the same command", "run the same form again"
 """The summary's advice to resume, as the panel does it."""
@@ -78,13 +85,9 @@ def default_prompts_shown() -> str:
 
 
 def in_form_words(message: str) -> str:
-    """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'. A flag is a
-    word of its own: a run named `sweep--run-2` keeps its name."""
-    pieces = message.split("`")  # a `tokview doctor --server URL` hint is a command: its flags stay flags
-    for k in range(0, len(pieces), 2):
-        for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
-            pieces[k] = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", label, pieces[k])
-    return "`".join(pieces).replace(RERUN, RERUN_FORM)
+    """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'
+    (`form_words.in_words`), and its advice to resume as the panel does it."""
+    return in_words(message, FORM_NAMES).replace(RERUN, RERUN_FORM)
 
 
 def typed_prompts(text: str) -> list[PromptRow]:
@@ -204,6 +207,23 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         self.query_one("#server", Input).focus()
 
     # -- form --------------------------------------------------------------------------------
+    @on(TextArea.Changed, "#typed")
+    def _typed_edited(self, event: TextArea.Changed) -> None:
+        """Typing prompts chooses them: typed with the source left at `file`, they were ignored and the default file's
+        30 prompts ran."""
+        if event.text_area.has_focus:
+            self._choose_source("typed")
+
+    @on(Input.Changed, "#prompts-file")
+    def _file_edited(self, event: Input.Changed) -> None:
+        if event.input.has_focus:
+            self._choose_source("file")
+
+    def _choose_source(self, source: str) -> None:
+        chooser = self.query_one("#source", Select)
+        if chooser.value != source:
+            chooser.value = source
+
     def _value(self, selector: str) -> str:
         return self.query_one(selector, Input).value.strip()
 
@@ -273,14 +293,17 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         self.cancel_event = asyncio.Event()
         self.query_one("#run", Button).disabled = True
         self.query_one("#cancel", Button).disabled = False
+        self.query_one("#bar", ProgressBar).update(total=1, progress=0)  # not the last run's 100% over this one
         self.query_one("#progress-line", Static).update("starting…")
         self._run_batch(config, source, self.query_one("#typed", TextArea).text, self.cancel_event)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
-        if self.cancel_event is not None:
-            self.cancel_event.set()
-            self.query_one("#progress-line", Static).update("cancelling…")
+        if self.cancel_event is None:  # the footer always shows ^c: said, as the doctor panel says it
+            self.notify("no run is in progress", timeout=3)
+            return
+        self.cancel_event.set()
+        self.query_one("#progress-line", Static).update("cancelling…")
 
     def action_close(self) -> None:
         """Leave the panel; not while a run goes on (leaving would end it silently: the run is this
@@ -332,9 +355,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             self.query_one("#progress-line", Static).update(plain(f"cancelled: {error}"))
             return True
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
-        if isinstance(error, TokviewError):  # the app's notification too names the form's fields, not the flags
-            error.message = in_form_words(error.message)
-            error.args = (error.message,)
+        reword(error, FORM_NAMES)  # the app's notification too names the form's fields, not the flags
         return False
 
     def _idle(self) -> None:
@@ -357,16 +378,33 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
     def _finished(self, event: Finished) -> None:
         self._idle()
         s = self.last_summary = event.summary
-        state = "cancelled" if s.interrupted else "stopped" if s.stopped else "done"
+        state = (
+            "cancelled"
+            if s.interrupted
+            else "stopped"
+            if s.stopped
+            else "failed"
+            if s.failed and not s.ok
+            else "done with failures"
+            if s.failed
+            else "done"
+        )
         self.query_one("#progress-line", Static).update(
-            plain(f"{state}: {s.render().replace(RERUN, RERUN_FORM)}")
-        )  # the summary `tokview batch` prints (only its advice to re-run in the form's words: a run or a row may
-        # be named `sweep--run-2`, and its `tokview doctor --server URL` hint is a command)
+            plain(f"{state}: {in_form_words(s.render())}")
+        )  # the summary `tokview batch` prints, in the form's words ("another --db" said of a panel that has none)
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
             self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
+        elif s.failed and not s.interrupted:  # `tokview batch` exits 3 then; "done:" and no word hid five HTTP 400s
+            why = "; ".join(f"{n} {reason}" for reason, n in list(s.failures_by_class.items())[:2])
+            self.notify(
+                f"{s.failed} of {s.failed + s.ok} requests failed" + (f": {why}" if why else ""),
+                severity="error" if not s.ok else "warning",
+                timeout=8,
+                markup=False,
+            )
         if s.bad_rows:  # the CLI lists them (`say_bad_rows`); the panel said only "N bad rows"
             self.notify(
-                bad_rows_said(s.bad_rows, chat_mode="mode parsed chat"),
+                in_form_words(bad_rows_said(s.bad_rows, chat_mode="mode parsed chat")),
                 title="bad rows skipped",
                 severity="warning",
                 timeout=12,

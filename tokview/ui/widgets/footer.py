@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.geometry import Size
-from textual.widgets import Footer
+from textual.widgets import Footer, Input, TextArea
 from textual.widgets._footer import FooterKey
 
 if TYPE_CHECKING:
@@ -45,9 +45,14 @@ class KeysFooter(Footer):
         self._composed: tuple[object, ...] | None = None
         """What the keys on show were made from (`_shown_keys`)."""
 
+    def _typing(self) -> bool:
+        """Whether a key pressed now goes into a text box (a form's server URL, a prompt): a one-character key is text
+        there, not its binding. The footer showed `? Help` while the generate panel's URL box took `?DSET` as typed."""
+        return isinstance(self.screen.focused, (Input, TextArea))
+
     def _shown_keys(self) -> tuple[object, ...]:
         app = self.app
-        return tuple(
+        return (self._typing(),) + tuple(
             (b.key, app.get_key_display(b), b.description, b.action, enabled, tooltip, b.group)
             for _node, b, enabled, tooltip in self.screen.active_bindings.values()
             if b.show
@@ -62,9 +67,13 @@ class KeysFooter(Footer):
 
     def compose(self) -> ComposeResult:
         self._composed = self._shown_keys() if self._bindings_ready else None
+        typing = self._typing()
         for widget in super().compose():
-            if isinstance(widget, FooterKey) and widget.action in ESSENTIAL_ACTIONS:
-                widget.add_class("-essential")
+            if isinstance(widget, FooterKey):
+                if typing and len(widget.key_display) == 1:  # typed into the box, not a key here (`_typing`)
+                    continue
+                if widget.action in ESSENTIAL_ACTIONS:
+                    widget.add_class("-essential")
             yield widget
         self._fit_columns(self.size.width or self.app.size.width)
 
