@@ -244,6 +244,30 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
     assert [r.get("prompt") for r in from_parquet] == [r.get("prompt") for r in from_jsonl]
 
 
+def test_agent_traces_read_from_parquet_are_the_jsonl_rows_without_other_rows_keys(tmp_path, kimi_tok):
+    """A struct column holds every row's keys: each row's `tools` declared the other rows' parameters as null (28
+    ids more in every prompt, and a model that called them), and object arguments rendered `"zone": null`."""
+    import duckdb
+
+    from tokview.batch.inputs import iter_rows, without_nulls
+
+    traces = Path(__file__).resolve().parents[1] / "sample_data" / "agent_traces.jsonl"
+    pq = tmp_path / "traces.parquet"
+    duckdb.connect().execute(f"COPY (SELECT * FROM read_json_auto('{traces}')) TO '{pq}' (FORMAT parquet)")
+    from_jsonl = [row for _, row in iter_rows(traces)]
+    from_parquet = [row for _, row in iter_rows(pq)]
+    assert len(from_parquet) == len(from_jsonl) > 3
+    assert any("tools" in row for row in from_jsonl)
+    for pq_row, json_row in zip(from_parquet, from_jsonl):
+        assert pq_row.get("tools") == json_row.get("tools"), json_row["id"]
+        # an explicit `"content": null` reads as absent (Parquet cannot tell them apart): the same prompt ids
+        assert pq_row["messages"] == without_nulls(json_row["messages"]), json_row["id"]
+        kwargs = {"tools": json_row["tools"]} if "tools" in json_row else {}
+        assert kimi_tok.render(pq_row["messages"], template_kwargs=kwargs) == kimi_tok.render(
+            json_row["messages"], template_kwargs=kwargs
+        ), json_row["id"]
+
+
 def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would_drop_their_tools(tmp_path):
     """A row's tool definitions and an assistant turn's tool_calls were once dropped without a word (the server
     generated from another prompt); then refused outright. Now the chat path sends them, and the raw and dual

@@ -79,7 +79,7 @@ def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
             n += 1
             # a null column is a key this row has not: Parquet has no absent keys, and a row known by its hash kept
             # the nulls of every column the file has (another row's `id` column gave it another id, a second sample)
-            row = {name: value for name, value in zip(names, values) if value is not None}
+            row = {name: without_nulls(value) for name, value in zip(names, values) if value is not None}
             for key in ("messages", "conversations"):  # a JSON string column holding the turns
                 if isinstance(row.get(key), str) and row[key].lstrip().startswith("["):
                     try:
@@ -88,6 +88,19 @@ def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
                         pass
             yield n, row
     con.close()
+
+
+def without_nulls(value: Any) -> Any:
+    """A Parquet value without the null fields of its structs, at every depth. A struct column holds the union of
+    every row's keys, the ones a row has not as null: a `tools` list read from Parquet declared each other row's
+    parameters as `"zone": null` in every prompt (28 ids more, and a model that called them), and a call's object
+    arguments rendered `{"city": "Paris", "zone": null}`. Parquet cannot say a null given from a key absent, so a
+    null field is read as absent; a null item of a list stays (it holds its place)."""
+    if isinstance(value, dict):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value]
+    return value
 
 
 def check_row(raw: dict[str, Any], where: str) -> None:
