@@ -762,3 +762,26 @@ def test_a_renamed_copy_of_an_export_is_replaced_and_a_sidecars_name_is_no_data_
         with pytest.raises(ExportError, match=r"is named as an export's .* file"):
             _export(store, "speculators" if name.endswith("l") else "specforge", tmp_path / name)
     assert (tmp_path / "t.manifest.json").read_bytes() == before
+
+
+def test_an_export_never_overwrites_a_prompts_file_a_run_was_generated_from(tmp_path, capsys):
+    """`--out prompts.jsonl` replaced 1,200 prompts with the 30 samples exported so far: the run could not go on."""
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Say {i}."}) + "\n" for i in range(4)))
+    before = prompts.read_bytes()
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        args = ["--server", sim.url, "--db", str(db), "--workers", "1", "--max-new-tokens", "16", "--limit", "2"]
+        assert main(["batch", str(prompts), *args]) == 0
+    capsys.readouterr()
+    (tmp_path / "link.jsonl").symlink_to(prompts)
+    for out in (prompts, tmp_path / "link.jsonl"):
+        code = main(["export", "--db", str(db), "--select", "all", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 1, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "is the prompts file run batch-" in err and "choose another file" in err, err
+    assert prompts.read_bytes() == before
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(tmp_path / "train.jsonl")]) == 0

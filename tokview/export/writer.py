@@ -219,6 +219,7 @@ def export(
             if side not in form.sidecars:
                 forget_sidecar(plan, side.suffix)
         _refuse_the_store(plan, Path(store.path))
+        _refuse_a_prompts_file(plan, store)
         refuse_another_exports_sidecars(plan)
     except OutputError as exc:
         raise ExportError(str(exc)) from None
@@ -296,6 +297,21 @@ def _refuse_the_store(plan: Plan, db: Path) -> None:
         if other is not None:
             raise OutputError(
                 f"--out {plan.name}: {final} {other}: refusing to overwrite it (a tokview store?); choose another file"
+            )
+
+
+def _refuse_a_prompts_file(plan: Plan, store: Store) -> None:
+    """An export onto the prompts file a run of this store was generated from (its recorded `source`): `--out
+    prompts.jsonl` replaced 1,200 prompts with the 30 samples exported so far, and the run could not go on."""
+    finals = {Path(os.path.realpath(t.final)) for t in plan.targets()}
+    for run in store.runs():
+        source = run.get("source")
+        if not isinstance(source, str) or "://" in source or not source.strip():
+            continue
+        if Path(os.path.realpath(source)) in finals:
+            raise OutputError(
+                f"--out {plan.name} is the prompts file run {run['run_id']} was generated from ({source}): "
+                "choose another file"
             )
 
 
