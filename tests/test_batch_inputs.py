@@ -110,6 +110,22 @@ def test_an_empty_or_blank_file_is_an_error_not_a_run_of_zero(tmp_path, capsys, 
     assert not db.exists()
 
 
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_array_file_is_refused_in_one_line_not_run_as_hundreds_of_bad_rows(tmp_path, capsys, indent):
+    """A ShareGPT or Alpaca `.json` dump (an array) ran as 522 "not valid JSON" bad rows and exit 4, which a script
+    reads as a finished run; one line exits 1 now, before a store is made."""
+    rows = [{"id": f"r{i}", "conversations": [{"from": "human", "value": f"hi {i}"}]} for i in range(3)]
+    path = tmp_path / "dump.json"
+    path.write_text("\ufeff\n" + json.dumps(rows, indent=indent))
+    db = tmp_path / "never.duckdb"
+    code = main(["batch", str(path), "--server", "http://127.0.0.1:9", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "is a JSON array, not JSONL (one JSON object per line)" in err
+    assert not db.exists()
+
+
 def test_skipped_bad_rows_make_exit_code_4_and_failures_win():
     summary = BatchSummary(run_id="r", input=3, ok=2, skipped=1, bad_rows=["line 2: x"])
     assert summary.exit_code == 4

@@ -251,8 +251,14 @@ def check_prompts_path(path: str | Path) -> Path:
     if not is_parquet(path):
         try:
             with path.open("r", encoding="utf-8-sig") as fh:
-                if not any(line.strip() for line in fh):
-                    raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
+                first = next((line.strip() for line in fh if line.strip()), None)
+            if first is None:
+                raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
+            if first.startswith("["):  # a ShareGPT or Alpaca .json dump: 522 "bad rows", exit 4, as if a run ended
+                raise InputError(
+                    f"{path} is a JSON array, not JSONL (one JSON object per line): convert it, e.g. "
+                    f"`jq -c '.[]' {path} > rows.jsonl`"
+                )
         except UnicodeDecodeError:
             pass  # said with the line's context when the file is read
     return path
