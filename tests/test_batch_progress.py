@@ -79,3 +79,36 @@ def test_scores_failures_are_grouped_by_class_as_a_batchs_are():
     summary = ScoreSummary(input=300, ok=75, failed=225, failures_by_reason=reasons)
     failed = [line for line in summary.render().splitlines() if line.startswith("  failed x")]
     assert len(failed) == 1 and failed[0].startswith("  failed x225: POST /v1/completions (e.g. POST /v1/completions")
+
+
+async def test_requests_waiting_on_their_retry_are_said_on_the_line_before_anything_lands(tmp_path):
+    """Every request answered 503 at first: the line stood at 0/3 (the CLI printed nothing at all) while each waited
+    on its backoff. It now says how many were sent again and why, through `tokview batch` and the app's panel alike."""
+    import asyncio
+
+    from tokview.batch import BatchConfig, run_batch
+    from tokview.sim import SimConfig, start_simulator
+    from tokview.store import Store
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"id": "p{i}", "prompt": "Say {i}."}}\n' for i in range(3)))
+    seen: list[BatchProgress] = []
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=False, interval=0)
+
+    def on_progress(p: BatchProgress) -> None:
+        seen.append(p)
+        printer(p)
+
+    # The first 9 generation requests answer 503: the probe's 1-token generations take 6 (with their own retries),
+    # so each of the run's 3 requests is answered 503 once and sent again.
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-503": 9})) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, workers=1)
+        summary = await asyncio.wait_for(run_batch(config, store, on_progress=on_progress), 60)
+    assert summary.ok == 3 and summary.failed == 0, summary.render()
+    waiting = [p for p in seen if p.retried and not p.ok]
+    assert waiting, "no progress said the retries before the first answer"
+    line = progress_line(waiting[-1])
+    assert line.startswith("0/3 ") and " | retried " in line and "503" in line, line
+    first_printed = out.getvalue().splitlines()[0]
+    assert first_printed.startswith("0/3 ") and "retried" in first_printed, out.getvalue()

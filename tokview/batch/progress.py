@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from tokview.batch.config import BatchProgress
+from tokview.untrusted_text import printable_line
 
 
 def _eta(seconds: float | None) -> str:
@@ -23,12 +24,27 @@ def _eta(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+RETRY_REASON_CHARS = 60
+"""How much of the last retry's reason the progress line shows (the summary has the failures' whole reasons)."""
+
+
+def _retries(p: BatchProgress) -> str:
+    """` | retried N (reason)` once a request was sent again: while every request waits on its backoff, the line
+    otherwise stood at 0/N with nothing to say why."""
+    if not p.retried:
+        return ""
+    reason = printable_line(p.last_retry or "")
+    if len(reason) > RETRY_REASON_CHARS:
+        reason = reason[: RETRY_REASON_CHARS - 1] + "…"
+    return f" | retried {p.retried}" + (f" ({reason})" if reason else "")
+
+
 def progress_line(p: BatchProgress) -> str:
     pct = 100.0 * p.done / p.total if p.total else 100.0
     return (
         f"{p.done}/{p.total} {pct:5.1f}% | ok {p.ok} failed {p.failed} skipped {p.skipped} "
         f"flagged {p.flagged} truncated {p.truncated} | {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s "
-        f"| ETA {_eta(p.eta_s)}"
+        f"| ETA {_eta(p.eta_s)}{_retries(p)}"
     )
 
 
@@ -38,7 +54,7 @@ def score_progress_line(p: BatchProgress) -> str:
     pct = 100.0 * p.done / p.total if p.total else 100.0
     return (
         f"{p.done}/{p.total} {pct:5.1f}% | ok {p.ok} failed {p.failed} skipped {p.skipped} off_policy {p.flagged} "
-        f"| {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s | ETA {_eta(p.eta_s)}"
+        f"| {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s | ETA {_eta(p.eta_s)}{_retries(p)}"
     )
 
 
@@ -64,7 +80,7 @@ class ProgressPrinter:
     def __call__(self, p: BatchProgress) -> None:
         now = time.monotonic()
         final = p.done >= p.total
-        if (final and self._final_shown) or not (final or p.ok or p.failed):
+        if (final and self._final_shown) or not (final or p.ok or p.failed or p.retried):
             return
         if not final and now - self._last < self.interval:
             return

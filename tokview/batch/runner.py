@@ -320,6 +320,7 @@ async def _run(
     def snapshot() -> BatchProgress:
         p = BatchProgress(total=summary.input, skipped=skipped, elapsed_s=time.monotonic() - started)
         p.chain_stopped = work.chain_left
+        p.retried, p.last_retry = pool.retried, pool.last_retry
         for t in tallies:
             p.ok += t.ok
             p.failed += t.failed

@@ -275,6 +275,8 @@ async def _run(
                     0,
                     progress.output_tokens,
                     progress.elapsed_s,
+                    retried=pool.retried,
+                    last_retry=pool.last_retry,
                 )
             )
 

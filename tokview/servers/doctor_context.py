@@ -61,9 +61,15 @@ class CountingPolicy(RetryPolicy):
 
     gave_up: list[str] = field(default_factory=list)
 
-    async def run(self, attempt_fn: Callable[[], Awaitable[T]], on_retryable: Callable[[Any], None] | None = None) -> T:
+    async def run(
+        self,
+        attempt_fn: Callable[[], Awaitable[T]],
+        on_retryable: Callable[[Any], None] | None = None,
+        *,
+        on_retry: Callable[[Any], None] | None = None,
+    ) -> T:
         try:
-            return await super().run(attempt_fn, on_retryable)
+            return await super().run(attempt_fn, on_retryable, on_retry=on_retry)
         except GaveUp as exc:
             self.gave_up.append(exc.reason)
             raise

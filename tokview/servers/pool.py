@@ -117,6 +117,10 @@ class ServerPool:
         self._next = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.generation_sent = asyncio.Event()
+        self.retried = 0
+        """Attempts this pool sent again after a retryable failure, and the last one's reason (scrubbed): a run whose
+        every request waits on its backoff showed a progress line frozen at 0/N, as if nothing were happening."""
+        self.last_retry: str | None = None
         """Set once the first capture's request is in flight (a `--workers` batch spawns its children then)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -210,7 +214,7 @@ class ServerPool:
             return result
 
         try:
-            return await self.policy.run(attempt)
+            return await self.policy.run(attempt, on_retry=self._retrying)
         except CaptureFailed as exc:  # reasons built outside the HTTP layer may quote the server too
             for s in self._servers:
                 scrub_reason(exc, s.client.secrets)
@@ -238,6 +242,11 @@ class ServerPool:
         )
         self._next = (self._servers.index(choice) + 1) % n
         return choice
+
+    def _retrying(self, exc: Retryable) -> None:
+        self.retried += 1
+        server = next((s for s in self._servers if s.client.url == exc.url), None)
+        self.last_retry = server.last_error if server is not None else None  # scrubbed by `_failed`
 
     def _another_healthy(self, server: _Server) -> bool:
         """Whether a retry has somewhere else to go than `server`."""

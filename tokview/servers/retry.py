@@ -37,9 +37,14 @@ class RetryPolicy:
         return max(0.0, base * (1 + self.rng.uniform(-self.jitter, self.jitter)))
 
     async def run(
-        self, attempt_fn: Callable[[], Awaitable[T]], on_retryable: Callable[[Retryable], None] | None = None
+        self,
+        attempt_fn: Callable[[], Awaitable[T]],
+        on_retryable: Callable[[Retryable], None] | None = None,
+        *,
+        on_retry: Callable[[Retryable], None] | None = None,
     ) -> T:
-        """Call `attempt_fn` until it succeeds, fails for good, or the retries are spent."""
+        """Call `attempt_fn` until it succeeds, fails for good, or the retries are spent. `on_retryable`: each failed
+        attempt; `on_retry`: each one another attempt follows (a progress line's "retried")."""
         last: Retryable | None = None
         for attempt in range(self.retries + 1):
             try:
@@ -49,6 +54,8 @@ class RetryPolicy:
                 if on_retryable is not None:
                     on_retryable(exc)
                 if attempt < self.retries:
+                    if on_retry is not None:
+                        on_retry(exc)
                     await asyncio.sleep(self.delay(attempt, exc.retry_after))
         assert last is not None
         tries = self.retries + 1
