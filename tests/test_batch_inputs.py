@@ -37,6 +37,7 @@ def _row(**kw) -> str:
         ('{"id": "a", "prompt": "hi \\ud800 there"}', "lone UTF-16 surrogate U+D800"),
         ('{"id": "a\\u0000b", "prompt": "hi"}', "control character U+0000"),
         (_row(id=[1], prompt="hi"), "`id` must be a string or a whole number"),
+        (_row(id=1.0, prompt="hi"), "not the decimal 1.0 (an integer column with a missing value is written as"),
         (_row(id="a", messages=[{"role": "user", "content": "x", "reasoning_content": 3}]), "must be a string"),
     ],
 )

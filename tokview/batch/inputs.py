@@ -112,6 +112,11 @@ def check_row(raw: dict[str, Any], where: str) -> None:
     """
     rid = raw.get("id")
     if rid is not None:
+        if isinstance(rid, float):  # pandas writes an integer column with a missing value as floats: 1.0
+            raise PromptError(
+                f"{where}: `id` must be a string or a whole number, not the decimal {rid!r} (an integer column with "
+                "a missing value is written as decimals: write the ids as integers or strings)"
+            )
         if isinstance(rid, bool) or not isinstance(rid, (str, int)):
             raise PromptError(f"{where}: `id` must be a string or a whole number, not {_kind(rid)}")
         bad = next((c for c in str(rid) if unicodedata.category(c) in ("Cc", "Cs")), None)
