@@ -38,6 +38,11 @@ def _row(**kw) -> str:
         ('{"id": "a\\u0000b", "prompt": "hi"}', "control character U+0000"),
         (_row(id=[1], prompt="hi"), "`id` must be a string or a whole number"),
         (_row(id=1.0, prompt="hi"), "not the decimal 1.0 (an integer column with a missing value is written as"),
+        (_row(id="a", prompt="hi", system_prompt="Be brief."), "`system_prompt` is not read, so the prompt would go"),
+        (
+            _row(id="a", messages=[{"role": "user", "content": "<image>\nWhat is this?"}], image="coco/1.jpg"),
+            "`image` is not sent (tokview sends text only)",
+        ),
         (_row(id="a", messages=[{"role": "user", "content": "x", "reasoning_content": 3}]), "must be a string"),
     ],
 )
@@ -125,6 +130,17 @@ def test_a_json_array_file_is_refused_in_one_line_not_run_as_hundreds_of_bad_row
     assert len(err.strip().splitlines()) == 1, err
     assert "is a JSON array, not JSONL (one JSON object per line)" in err
     assert not db.exists()
+
+
+def test_a_system_prompt_beside_a_system_turn_is_the_turn_sent(tmp_path):
+    """Only a `system_prompt` no turn carries is refused (`_check_unread`): beside one, the turn is what is sent."""
+    row = _row(
+        id="s",
+        system_prompt="Be brief.",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+    )
+    rows, bad = read_prompts(_write(tmp_path, row))
+    assert not bad and rows[0].messages[0] == {"role": "system", "content": "Be brief."}
 
 
 def test_skipped_bad_rows_make_exit_code_4_and_failures_win():

@@ -103,13 +103,19 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
+UNREAD_CONTENT_KEYS = ("system_prompt", "image", "images", "audio", "video")
+"""Fields that hold part of a prompt which no reader here sends: a row with `system_prompt` was generated without its
+system turn, a LLaVA row's `image` as text only, each stored as a good sample of another prompt (`check_row`)."""
+
+
 def check_row(raw: dict[str, Any], where: str) -> None:
     """What `parse_row` lets through but a template, a tokenizer or `tokview show` cannot take.
 
     Raised here, with the line number, instead of as `'int' object is not iterable` from the chat
     template, a `TextEncodeInput` TypeError from the tokenizer, or an empty prompt stored as a good
-    sample (an object as content renders as nothing).
+    sample (an object as content renders as nothing), or a prompt sent without a part the row holds.
     """
+    _check_unread(raw, where)
     rid = raw.get("id")
     if rid is not None:
         if isinstance(rid, float):  # pandas writes an integer column with a missing value as floats: 1.0
@@ -153,6 +159,32 @@ def _check_not_blank(content: object, here: str) -> None:
         content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
     if isinstance(content, str) and not content.strip():
         raise PromptError(f"{here} has no text: a user turn must not be empty (a question lost on its way in?)")
+
+
+def _check_unread(raw: dict[str, Any], where: str) -> None:
+    """A row holding prompt content in a field no reader sends (`UNREAD_CONTENT_KEYS`) is refused, as an image part
+    is: sent without it, the answer is to another prompt. A `system_prompt` beside a system turn already there is
+    left alone (the turn is what is sent)."""
+    for key in UNREAD_CONTENT_KEYS:
+        if raw.get(key) in (None, "", [], {}):
+            continue
+        if key == "system_prompt":
+            turns = raw.get("messages") if isinstance(raw.get("messages"), list) else raw.get("conversations")
+            roles = {
+                str(t.get("role") or ROLE_FROM_SHAREGPT.get(str(t.get("from", "")).lower()))
+                for t in (turns if isinstance(turns, list) else [])
+                if isinstance(t, dict)
+            }
+            if "system" in roles or (isinstance(raw.get("system"), str) and "prompt" in raw):
+                continue
+            raise PromptError(
+                f"{where}: `system_prompt` is not read, so the prompt would go without it: give it as the "
+                'conversation\'s first turn ({"role": "system", …}), or as `system` beside `prompt`'
+            )
+        raise PromptError(
+            f"{where}: `{key}` is not sent (tokview sends text only), so the prompt would go without it: leave the "
+            "row out, or drop the field if the text stands alone"
+        )
 
 
 def _check_content(content: object, here: str) -> None:
@@ -448,6 +480,8 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
     if type(turns) is not list or type(rid) is not str or not (rid.isascii() and rid.isprintable() and rid.strip()):
         return None
     if obj.get("tools") not in (None, [], ""):  # `row_tools` reads it (`{}` and `0` are refused there, not "none")
+        return None
+    if any(key in obj for key in UNREAD_CONTENT_KEYS):  # `check_row` decides (`_check_unread`)
         return None
     has_user = False
     assistants = 0
