@@ -167,6 +167,39 @@ def test_identical_unnamed_rollouts_at_temperature_0_each_go_on_in_their_own_ses
     assert turn(SYSTEM + [1, 2, 3, 4, 5, 6, 7], [8]).session_id == a0.session_id  # a third: the first of equals
 
 
+def test_a_restarted_proxy_s_new_rollout_goes_on_in_its_own_session_not_an_earlier_run_s_of_the_same_task() -> None:
+    """Rollout A of a task sent its first request only, and the proxy was restarted; rollout B of the same task at
+    temperature 0 then sent two: B's second joined A's session of the earlier run (the first of equals), B's first
+    left alone in this run, and `export --run` of this run showed B start at its turn 1."""
+    book = SessionBook("new")
+    a0 = Turn("proxy:old:s1", 0, "restored")
+    book.add(a0, "a0", prompt_ids=SYSTEM + [1], output_ids=[2, 3], messages=None, answer=None)
+    b0 = _turn(book, SYSTEM + [1], [2, 3])
+    b1 = _turn(book, SYSTEM + [1, 2, 3, 4], [5])
+    assert b0.session_id.startswith("proxy:new:")
+    assert (b1.session_id, b1.turn, b1.joined_by) == (b0.session_id, 1, "prefix")
+    c1 = _turn(book, SYSTEM + [1, 2, 3, 4], [5])  # another rollout's next turn: the earlier run's is still open
+    assert (c1.session_id, c1.turn) == ("proxy:old:s1", 1)
+
+
+def test_a_turn_whose_ids_extend_a_cut_rollout_joins_the_turn_its_messages_continue_and_says_where_it_breaks() -> None:
+    """Rollout A was cut at its max_tokens (its 2 ids the start of every full answer); rollout B's harness renumbered
+    its call ids, so B's next prompt extends only A's cut turn by ids: it joined A's session, unflagged (one rollout's
+    cut turn spliced into another's trajectory). Its messages continue B's turn: it goes on there, with the break."""
+    book = SessionBook("r")
+    answer = {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "function": {"name": "f"}}]}
+    cut = {"role": "assistant", "content": "", "reasoning_content": "let"}
+    a0 = book.place(SYSTEM + [1], USER_A)
+    book.add(a0, "a0", prompt_ids=SYSTEM + [1], output_ids=[2, 3], messages=USER_A, answer=cut)
+    b0 = book.place(SYSTEM + [1], USER_A)
+    book.add(b0, "b0", prompt_ids=SYSTEM + [1], output_ids=[2, 3, 4, 5, 6], messages=USER_A, answer=answer)
+    history = [*USER_A, answer, {"role": "tool", "tool_call_id": "call_0", "content": "42"}]
+    b1 = book.place(SYSTEM + [1, 2, 3, 4, 9, 6, 7], history)  # B's call id renumbered: 9 for the served 5
+    assert a0.session_id != b0.session_id
+    assert (b1.session_id, b1.turn, b1.joined_by, b1.parent_sample) == (b0.session_id, 1, "messages", "b0")
+    assert b1.break_at == len(SYSTEM) + 4
+
+
 def test_the_kept_ids_are_bounded_by_bytes_the_least_recently_used_going_first() -> None:
     """Counted alone, 2,000 sessions of 128k-token agent traces held ~1 GB of ids."""
     book = SessionBook("r", max_bytes=4 * 250)  # 250 ids
@@ -434,7 +467,7 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
             )
         ]
         fits = [h for h in fits if not (h.turn == 0 and len(h.sequence) == len(packed) == 4 * h.prompt_len)]
-        # of equals the first indexed that no turn continues yet, else the first indexed
+        # of equals the first indexed that no turn continues yet, else the first indexed (one run: no earlier run's)
         expected = min(fits, key=lambda h: (-len(h.sequence), h.continued, h.order)) if fits else None
         assert book._longest_prefix(packed) is expected, step
         placed = book.place(prompt, None)

@@ -312,6 +312,14 @@ class SessionBook:
             deeper = self._deeper_by_messages(head, messages)
             if deeper is not None:
                 return _after(deeper, packed, "messages", breaks=True)
+            if not self._messages_hold(head, messages):
+                # The ids extend `head` only because its answer is the start of another's (a rollout cut at its
+                # max_tokens, the same task run again): the turn the messages continue is the one it goes on from.
+                # Placed after `head`, another rollout's turn joined the cut one's session unflagged, its harness's
+                # renumbered call ids never said.
+                other = self._by_message_prefix(messages, UNNAMED)
+                if other is not None and other is not head:
+                    return _after(other, packed, "messages", breaks=True)
             return _after(head, packed, "prefix")
         head = self._by_message_prefix(messages, UNNAMED)
         if head is not None:
@@ -586,8 +594,8 @@ class SessionBook:
 
     def _longest_prefix(self, packed: bytes) -> _Head | None:
         """The longest kept head of an unnamed session whose prompt + output ids `packed` starts with; of equals, the
-        first indexed that no turn continues yet (identical unnamed rollouts, one per session, each go on in their
-        own), else the first. A named session's turns are never continued by a request without its name: a harness
+        first indexed that no turn continues yet, this run's before an earlier run's (identical unnamed rollouts, one
+        per session, each go on in their own), else the first. A named session's turns are never continued by a request without its name: a harness
         that names its sessions names every request, and another harness sending the same first prompt unnamed was
         filed into the named one."""
         key = packed[: KEY_IDS * 4]
@@ -605,7 +613,18 @@ class SessionBook:
             return None
         longest = max(len(h.sequence) for h in extended)
         equals = sorted((h for h in extended if len(h.sequence) == longest), key=lambda h: h.order)
-        return next((h for h in equals if not h.continued), equals[0])
+        # of equals no turn continues, this run's first: a restarted proxy put a new rollout's next turn after an
+        # abandoned rollout of the same task it read back, and `export --run` showed the new one start late
+        mine = f"{UNNAMED}{self.run_id}:"
+        open_ones = [h for h in equals if not h.continued]
+        return next((h for h in open_ones if h.session_id.startswith(mine)), open_ones[0] if open_ones else equals[0])
+
+    def _messages_hold(self, head: _Head, messages: list[Any] | None) -> bool:
+        """Whether `messages` hold `head`'s conversation and answer as an earlier part (True when either side has no
+        messages to tell by: a completions prompt, a turn restored without them)."""
+        if not messages or head.message_key is None:
+            return True
+        return head.message_key in self._digests_of(messages)[0][:-1]
 
     def _deeper_by_messages(self, head: _Head, messages: list[Any] | None) -> _Head | None:
         """A later kept turn that goes on from `head` (same session, its ids starting with `head`'s) and whose
