@@ -172,3 +172,37 @@ def test_a_restarted_proxy_compares_with_the_answer_it_restored() -> None:
     dropped = [QUESTION, _sent(reasoning_content=None), faithful[2]]
     turn = book.place([*SYSTEM, 1, 2, 9], dropped)
     assert "it dropped its reasoning" in _detail(turn, [*SYSTEM, 1, 2, 9], dropped)
+
+
+def test_a_break_before_the_part_a_harness_changed_is_the_templates() -> None:
+    """Qwen3 on vLLM: the template re-spaces `</think>` in the history, so every next turn breaks there. A harness
+    that also renumbered its call ids (which come after it, and which Qwen3's template never renders) was blamed for
+    the break; one that re-serialised its arguments too. Only a change to a part at or before the break is a cause."""
+    qwen = get_profile("qwen3")
+    layout = qwen.tool_calls
+    assert layout is not None and qwen.think_close_id is not None
+    close, call = qwen.think_close_id, layout.call_begin_id
+    book = SessionBook("r", profile=qwen)
+    first = [*SYSTEM, 1]
+    output = [2, 3, close, 5, 5, call, 7, 8, layout.call_end_id, 151645]  # reasoning, </think>, "\n\n", the call
+    _place(book, first, output, [QUESTION], SERVED)
+    tool = {"role": "tool", "tool_call_id": CALL["id"], "content": "sunny"}
+    at_space = len(first) + 3  # the whitespace after </think>: 6 where 5 was served
+    renumbered = [QUESTION, _sent(tool_calls=[{**_sent()["tool_calls"][0], "id": "call_0"}]), tool]
+    prompt = [*first, 2, 3, close, 6, 5, call, 7, 8, layout.call_end_id, 151645, 9]
+    turn = book.place(prompt, renumbered)
+    assert turn.break_at == at_space
+    said = prefix_break_finding(turn, prompt, None, messages=renumbered, profile=qwen, server_kind="vllm")["detail"]
+    assert "only after the break (it renumbered its call ids ('call_0'" in said, said
+    assert "The harness changed turn 0's answer before sending it back" not in said, said
+    assert "The template re-rendered the history" in said, said
+    # the same renumbering with the break inside the call: the harness's
+    in_call = [*first, 2, 3, close, 5, 5, call, 9, 8, layout.call_end_id, 151645, 9]
+    turn = book.place(in_call, renumbered)
+    said = prefix_break_finding(turn, in_call, None, messages=renumbered, profile=qwen, server_kind="vllm")["detail"]
+    assert "The harness changed turn 0's answer before sending it back: it renumbered its call ids" in said, said
+    # a dropped reasoning reaches any break in the answer
+    dropped = [QUESTION, _sent(reasoning_content=None), tool]
+    turn = book.place(prompt, dropped)
+    said = prefix_break_finding(turn, prompt, None, messages=dropped, profile=qwen, server_kind="vllm")["detail"]
+    assert "The harness changed turn 0's answer before sending it back: it dropped its reasoning" in said, said

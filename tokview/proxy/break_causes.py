@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.proxy.ids import SGLANG
 from tokview.untrusted_text import printable_line
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """Where a history message's reasoning goes: SGLang reads `reasoning_content` only; vLLM reads both (it renames
@@ -37,15 +40,37 @@ class Served:
     content: bytes
     calls: tuple[tuple[object, bytes], ...]
     """(call id, digest of the arguments as a string) of each call, in order."""
+    answer_at: int = 0
+    """Where the answer after its reasoning begins in the output ids (past `</think>`); 0 when not known."""
+    calls_at: int = 0
+    """Where its first tool call begins in the output ids (its section or call marker); 0 when not known. A change to
+    a part of the answer changes no id before that part: a break before it is not the change's (`harness_changes`)."""
 
 
-def served_of(answer: dict[str, Any] | None, messages: list[Any] | None, prompt_len: int) -> Served | None:
+def served_of(
+    answer: dict[str, Any] | None,
+    messages: list[Any] | None,
+    prompt_len: int,
+    output_ids: list[int] | None = None,
+    profile: ModelProfile | None = None,
+) -> Served | None:
     """The digests of `answer` (the assistant message the recorder built, `reasoning_content` included) for a
-    request of `messages`; None for a request without messages (a `/v1/completions` one) or without an answer."""
+    request of `messages`; None for a request without messages (a `/v1/completions` one) or without an answer.
+    With the output ids and the profile, where its parts begin (`Served.answer_at`, `Served.calls_at`)."""
     if answer is None or not messages:
         return None
     reasoning = answer.get("reasoning_content")
     calls = answer.get("tool_calls")
+    answer_at = calls_at = 0
+    if output_ids is not None and profile is not None:
+        close = profile.think_close_id
+        answer_at = output_ids.index(close) + 1 if close is not None and close in output_ids else 0
+        calls_at = len(output_ids)
+        if calls:  # list scans in C: a Python walk of a 2,000-id answer cost ~0.1 ms a request
+            layout = profile.tool_calls
+            marks = (layout.section_begin_id, layout.call_begin_id) if layout is not None else ()
+            found = [output_ids.index(m) for m in marks if m is not None and m in output_ids]
+            calls_at = min(found) if found else 0
     return Served(
         len(messages),
         prompt_len,
@@ -54,17 +79,28 @@ def served_of(answer: dict[str, Any] | None, messages: list[Any] | None, prompt_
         tuple((c.get("id"), _digest(_arguments(c))) for c in calls if isinstance(c, dict))
         if isinstance(calls, list)
         else (),
+        answer_at,
+        calls_at,
     )
 
 
-def harness_changes(served: Served, messages: list[Any], server_kind: str | None) -> list[str] | None:
+def harness_changes(
+    served: Served, messages: list[Any], server_kind: str | None, *, reaching: int | None = None
+) -> list[str] | None:
     """What the request's copy of the answer changed, in words ("dropped its reasoning", …); [] when it sent it back
     as served; None when it holds no assistant message where the answer goes (nothing to compare: a retry placed
-    against another branch's turn)."""
+    against another branch's turn). `reaching`: only the changes to parts that begin at or before that position of
+    the output (a renumbered call id cannot break the ids at the answer's `</think>`)."""
     sent = messages[served.at] if served.at < len(messages) else None
     if not isinstance(sent, dict) or sent.get("role") != "assistant":
         return None
     said: list[str] = []
+    if reaching is not None:
+        return [
+            change
+            for change in harness_changes(served, messages, server_kind) or []
+            if _part_start(served, change) <= reaching
+        ]
     if served.reasoning is not None:
         kept = {f: v for f in REASONING_FIELDS if isinstance(v := sent.get(f), str) and v}
         if server_kind == SGLANG and "reasoning" in kept:  # SGLang reads `reasoning_content` only
@@ -88,6 +124,15 @@ def harness_changes(served: Served, messages: list[Any], server_kind: str | None
     if any(_digest(_arguments(c)) != args for (_, args), c in zip(served.calls, sent_calls)):
         said.append("re-serialised its arguments")
     return said
+
+
+def _part_start(served: Served, change: str) -> int:
+    """Where in the output the part a change (as `harness_changes` words it) is in begins."""
+    if change.startswith(("renumbered its call ids", "re-serialised its arguments")):
+        return served.calls_at
+    if change.startswith("changed its content"):
+        return served.answer_at
+    return 0  # its reasoning: the output's start
 
 
 def _text(content: object) -> str:

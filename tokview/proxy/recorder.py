@@ -332,9 +332,16 @@ def _why(
             f"than in turn {compared}'s prompt {HISTORY_RERENDERS}, or the harness changed an earlier message's "
             f"reasoning, call ids or whitespace{also}"
         )
-    if changes:
+    reaching = harness_changes(served, messages or [], server_kind, reaching=at - served.prompt_len)
+    if reaching:
         return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
-    faithful = f"The harness sent turn {compared}'s answer back as served"
+    if changes:  # its changes are all in parts after the break (Qwen3's template re-spaces `</think>` before the calls)
+        faithful = (
+            f"The harness changed turn {compared}'s answer only after the break (it {'; '.join(changes)}): the break "
+            "comes first"
+        )
+    else:
+        faithful = f"The harness sent turn {compared}'s answer back as served"
     if profile is None:
         return f"{faithful}; the server's chat template rendered the history otherwise than turn {compared} held it"
     return f"{faithful}. {rerender_causes(profile, tokenizer, turn.previous_id, turn.previous_len, at)}"
@@ -373,7 +380,7 @@ class Recorder:
         nothing else: a thread between it and the writer only cost a GIL hand-over per request)."""
         self.run_id, self.tokenizer, self.store, self.profile = run_id, tokenizer, store, profile
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.sessions = SessionBook(run_id)
+        self.sessions = SessionBook(run_id, profile=profile)
         self._sink = _WithSessionFindings(store)
         self.land_s, self._landed_at = land_s, time.monotonic()
         self.lander = Lander(

@@ -33,6 +33,7 @@ from tokview.proxy.break_causes import Served, harness_changes, served_of
 from tokview.proxy.prefix_index import PrefixGroup
 
 if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
     from tokview.store.connection import Database
 
 SESSION_HEADER = "x-tokview-session"
@@ -255,8 +256,17 @@ def _continued_short(head: _Head, key: bytes) -> bool:
 
 
 class SessionBook:
-    def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_SESSION_BYTES) -> None:
-        self.run_id, self.max_sessions, self.max_bytes = run_id, max_sessions, max_bytes
+    def __init__(
+        self,
+        run_id: str,
+        max_sessions: int = MAX_SESSIONS,
+        max_bytes: int = MAX_SESSION_BYTES,
+        *,
+        profile: ModelProfile | None = None,
+    ) -> None:
+        """`profile`: where a kept answer's parts begin on its ids (`break_causes.Served`), to tell which of a
+        harness's changes can have broken a next turn's prefix."""
+        self.run_id, self.max_sessions, self.max_bytes, self.profile = run_id, max_sessions, max_bytes, profile
         self._bytes = 0
         """The length of every owned head `sequence`, summed (a view's bytes are its newer head's)."""
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -463,7 +473,7 @@ class SessionBook:
             stored_len=stored_len if stored_from is not None else 0,
             int32=int32,
             placed=turn if turn.break_at is not None and turn.joined_by != "restored" else None,
-            served=served_of(answer, messages, len(prompt_ids)),
+            served=served_of(answer, messages, len(prompt_ids), output_ids, self.profile),
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
