@@ -139,3 +139,28 @@ async def test_an_answer_the_only_server_gives_unreadably_fails_at_once(tmp_path
         assert (summary.ok, summary.failed) == (0, 3)
         assert len(calls) == 3 and time.monotonic() - started < 5
         assert not any("gave up after" in reason for reason in summary.failures_by_reason)
+
+
+async def test_score_says_its_retries_while_every_request_waits_on_its_backoff(tmp_path, json_server):
+    """Score offered its progress line a snapshot only as a sample finished: while every request waited on its
+    backoff nothing was printed, then `1/30 … retried 34` ten seconds later."""
+    capture = make_capture()
+    ids = [*capture.prompt_ids, *capture.output_ids]
+    calls: list[int] = []
+
+    def completions(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        calls.append(1)
+        if len(calls) <= 2:
+            return 503, {"error": {"message": "[/x] overloaded"}}
+        logprobs = [None] + [{str(i): {"logprob": -0.5, "rank": 1}} for i in ids[1:]]
+        return 200, {"choices": [{"text": "", "prompt_logprobs": logprobs, "finish_reason": "length"}]}
+
+    url, _ = json_server({**VLLM_INFO, "/v1/completions": completions})
+    seen: list[Any] = []
+    with Store(tmp_path / "s.duckdb") as store:
+        store.put_sample("a@x_gen0", "a", "imported", capture, analyze(capture, profile(), kimi()))
+        summary = await run_score(ScoreConfig(servers=[url], retries=3), store, on_progress=seen.append)
+    assert (summary.ok, summary.failed) == (1, 0), summary
+    waiting = [p for p in seen if p.retried and not p.ok]
+    assert waiting, [(p.ok, p.retried) for p in seen]
+    assert "overloaded" in (waiting[-1].last_retry or "")

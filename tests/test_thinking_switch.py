@@ -139,3 +139,16 @@ def test_the_sim_writes_qwen_newlines_for_a_qwen_profile_of_any_name(qwen_tok):
     opened = qwen_tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     out = SimModel(qwen_tok, profile).natural_output(opened, seed=1)
     assert qwen_tok.decode(out[:2], skip_special_tokens=False) == "<think>\n"
+
+
+def test_no_thinking_is_refused_for_kimi_k2_thinking_which_always_reasons() -> None:
+    """Its own layout's template reads no switch: `--no-thinking` sent nothing that could stop the model's `<think>`,
+    and every sample of the run was flagged reasoning_with_thinking_off."""
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.profiles import get_profile
+    from tokview.core.thinking_switch import thinking_off_refusal
+    from tokview.core.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(kimi_tokenizer_dir(model="kimi-k2-thinking"))
+    said = thinking_off_refusal(get_profile("kimi-k2-thinking"), tokenizer, {"thinking": False})
+    assert said is not None and "reasons in every answer" in said

@@ -147,3 +147,37 @@ async def test_the_export_dialog_speaks_its_own_labels_scrolls_its_summary_and_r
         box.scroll_end(animate=False)
         await pilot.pause()
         assert box.scroll_y == box.max_scroll_y and box.scroll_y + box.size.height >= summary.size.height
+
+
+async def test_a_retry_reason_with_brackets_is_shown_as_text(make_app):
+    """The progress line quotes the server's retry reason: `[/x] overloaded` was read as markup and the app exited."""
+    from tokview.batch import BatchProgress
+
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        for reason in ("[/x] overloaded", "[@click=app.quit]x[/]", "[link=http://e]y"):
+            screen.post_message(GenerateScreen.Progress(BatchProgress(total=3, retried=2, last_retry=reason)))
+            await pilot.pause()
+            assert reason in str(screen.query_one("#progress-line", Static).render())
+        assert app.is_running
+
+
+def test_flags_are_said_in_the_forms_words_but_no_name_path_or_url_is_touched():
+    from tokview.ui.form_words import in_words
+    from tokview.ui.screens.export_dialog import DIALOG_NAMES
+    from tokview.ui.screens.generate import in_form_words
+
+    assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"
+    for kept in (
+        "prompts file not found: /data/temperature/--run/x.jsonl",
+        "run sweep.temperature: max_new_tokens (40000) exceeds the limit; temperature=-1",
+        "GET http://10.0.0.2:8000/--db/v1?x=--run&samples_per_prompt=2",
+        "run sweep--run-2 stopped",
+    ):
+        assert in_form_words(kept) == kept
+    assert (
+        in_words("no samples match --select valid --run r1", DIALOG_NAMES) == "no samples match selection valid run r1"
+    )

@@ -297,8 +297,8 @@ class BatchProgress:
     chain_stopped: int = 0
     """Turns not generated because their chain stopped before them: settled, not pending."""
     retried: int = 0
-    """Requests this process sent again after a retryable failure (`ServerPool.retried`; a `--workers` child's are
-    its own), and the last one's reason."""
+    """Requests sent again after a retryable failure (`ServerPool.retried`; a `--workers` child's as of the last part
+    it wrote), and the last one's reason."""
     last_retry: str | None = None
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 import unicodedata
@@ -288,13 +289,16 @@ def check_prompts_path(path: str | Path) -> Path:
     if not is_parquet(path):
         try:
             with path.open("r", encoding="utf-8-sig") as fh:
-                first = next((line.strip() for line in fh if line.strip()), None)
+                lines = (line.strip() for line in fh if line.strip())
+                first, second = next(lines, None), next(lines, None)
             if first is None:
                 raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
-            if first.startswith("["):  # a ShareGPT or Alpaca .json dump: 522 "bad rows", exit 4, as if a run ended
+            # a ShareGPT or Alpaca .json dump (an indented array, or one array on one line): 522 "bad rows" and
+            # exit 4, as if a run had ended; a JSONL file whose first row alone is an array keeps it as a bad row
+            if first == "[" or (first.startswith("[") and second is None):
                 raise InputError(
                     f"{path} is a JSON array, not JSONL (one JSON object per line): convert it, e.g. "
-                    f"`jq -c '.[]' {path} > rows.jsonl`"
+                    f"`jq -c '.[]' {shlex.quote(str(path))} > rows.jsonl`"
                 )
         except UnicodeDecodeError:
             pass  # said with the line's context when the file is read

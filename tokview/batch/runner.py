@@ -322,6 +322,8 @@ async def _run(
         p.chain_stopped = work.chain_left
         p.retried, p.last_retry = pool.retried, pool.last_retry
         for t in tallies:
+            p.retried += getattr(t, "retried", 0)  # a `--workers` child's, as of its last part
+            p.last_retry = p.last_retry or getattr(t, "last_retry", None)
             p.ok += t.ok
             p.failed += t.failed
             p.flagged += t.flagged

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""
+TICK_S = 0.1
+"""How often the progress line is offered a snapshot while samples are scored (the printer throttles it)."""
 FLUSH = 64
 """Scored samples written per transaction."""
 
@@ -369,11 +371,18 @@ async def _run(
                 failed(f"unexpected error: {type(exc).__name__}: {exc}"[:300])
             report()
 
+    async def ticker() -> None:  # as batch's: a line while every request waits on its backoff, not only per sample
+        while True:
+            await asyncio.sleep(TICK_S)
+            report()
+
     report()
     workers = [asyncio.create_task(worker()) for _ in range(n_workers)] + [asyncio.create_task(produce())]
+    tick = asyncio.create_task(ticker())
     try:
         summary.interrupted = await run_workers(workers, cancel)
     finally:
+        tick.cancel()
         await loop.run_in_executor(writer, flush)  # what was scored before the end (or the interrupt)
         await loop.run_in_executor(None, writer.shutdown, True)
     summary.ok, summary.failed, summary.off_policy = progress.ok, progress.failed, progress.flagged

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from tokview.batch.config import BatchConfig
+    from tokview.servers import ServerPool
 
     class Queue(Protocol):
         """What a feed hands out from: the streamed `TodoQueue` (a deque in tests)."""
@@ -384,11 +385,17 @@ SAME_STOP_S = 1.0
 a loaded machine may take far longer to run it)."""
 
 
+def _with_retries(counts: dict[str, Any], pool: ServerPool) -> dict[str, Any]:
+    """A child's counts with its pool's retries (`ServerPool.retried`): the parent's line counted its own only."""
+    return {**counts, "retried": pool.retried, "last_retry": pool.last_retry}
+
+
 class RemoteTally:
     """A child's counts as last reported: read by the parent's progress line and summary."""
 
     def __init__(self) -> None:
-        self.ok = self.failed = self.flagged = self.truncated = self.output_tokens = 0
+        self.ok = self.failed = self.flagged = self.truncated = self.output_tokens = self.retried = 0
+        self.last_retry: str | None = None
         self.reasons: Counter[str] = Counter()
         self.outcome: str | None = None
         self.error: str | None = None
@@ -514,6 +521,7 @@ class WorkerGroup:
             for key in COUNT_FIELDS:
                 setattr(tally, key, counts[key])
             tally.reasons = Counter(counts["reasons"])
+            tally.retried, tally.last_retry = counts.get("retried", 0), counts.get("last_retry")
             tally.unconfirmed = 0
             self.on_counts()
         elif isinstance(message, (Done, Failed)):
@@ -756,7 +764,7 @@ async def _child(config: BatchConfig, link: _Link) -> None:
             tokenizer=tokenizer,
             run_id=start.run_id,
             ingest=False,
-            on_commit=lambda w: link.send(Counts(counts=w.counts())),
+            on_commit=lambda w: link.send(Counts(counts=_with_retries(w.counts(), pool))),
             on_part=lambda ids: link.send(Writing(sample_ids=ids)),  # named before the part is written
         )
         todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
@@ -769,5 +777,5 @@ async def _child(config: BatchConfig, link: _Link) -> None:
         await pool.aclose()
     if writer.error is not None:
         outcome = str(writer.error)
-    link.send(Counts(counts=writer.counts()))
+    link.send(Counts(counts=_with_retries(writer.counts(), pool)))
     link.send(Done(outcome=outcome))

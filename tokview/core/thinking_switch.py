@@ -18,10 +18,14 @@ def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwa
     """Why a prompt cannot be asked for without thinking (None: it can, or nothing says it thinks): rendered with the
     kwargs that would be sent (`kwargs`), the template still opens reasoning (Qwen3-2507 Thinking, deepseek-r1: a
     pre-filled opener, no switch), so every sample would be `reasoning_with_thinking_off`; and gpt-oss reasons in
-    every answer. A template that opens nothing (Qwen3-2507 Instruct, a model that never thinks; kimi-k2-thinking,
-    whose model opens reasoning itself: its samples say so) is no reason to refuse."""
+    every answer, as Kimi-K2-Thinking does (its template reads no switch; the model writes its own `<think>`). A
+    template that opens nothing (Qwen3-2507 Instruct, a model that never thinks) is no reason to refuse."""
     if profile.format == HARMONY:
         return "gpt-oss reasons in every answer (its reasoning_effort is set with --chat-template-kwargs)"
+    if profile.name == "kimi-k2-thinking":
+        return (
+            "Kimi-K2-Thinking reasons in every answer (its template reads no switch; the model writes <think> itself)"
+        )
     if not profile.has_reasoning or not tokenizer.chat_template:
         return None
     hi = [{"role": "user", "content": "hi"}]

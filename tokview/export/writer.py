@@ -113,11 +113,11 @@ class ExportResult:
     table_section: dict[str, Any] = field(default_factory=dict)
     """What a table writer reports for the manifest (`trajectory`: conversations, rows, splits)."""
     row_shapes: dict[str, Any] = field(default_factory=dict)
+    """Rows moved to the front of a JSONL file so a trainer's JSON loader sees every row shape in its first read
+    (`export.row_shapes`), when any was."""
     late_in_stream: int = 0
     """Rows of a streamed export (`--out -`, a FIFO) whose shape first appears past a JSON loader's first read: a
     stream cannot be reordered, so its summary warns that `datasets.load_dataset('json')` fails on what it wrote."""
-    """Rows moved to the front of a JSONL file so a trainer's JSON loader sees every row shape in its first read
-    (`export.row_shapes`), when any was."""
 
 
 def sidecar(out: Path, suffix: str) -> Path:

@@ -117,11 +117,11 @@ class ServerPool:
         self._next = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.generation_sent = asyncio.Event()
+        """Set once the first capture's request is in flight (a `--workers` batch spawns its children then)."""
         self.retried = 0
         """Attempts this pool sent again after a retryable failure, and the last one's reason (scrubbed): a run whose
         every request waits on its backoff showed a progress line frozen at 0/N, as if nothing were happening."""
         self.last_retry: str | None = None
-        """Set once the first capture's request is in flight (a `--workers` batch spawns its children then)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -246,7 +246,13 @@ class ServerPool:
     def _retrying(self, exc: Retryable) -> None:
         self.retried += 1
         server = next((s for s in self._servers if s.client.url == exc.url), None)
-        self.last_retry = server.last_error if server is not None else None  # scrubbed by `_failed`
+        if server is not None:
+            self.last_retry = server.last_error  # scrubbed by `_failed`
+            return
+        reason = exc.reason  # no server's ("no healthy server (…)"): scrubbed of every server's secrets here
+        for s in self._servers:
+            reason = s.client.secrets.scrub(reason)
+        self.last_retry = reason
 
     def _another_healthy(self, server: _Server) -> bool:
         """Whether a retry has somewhere else to go than `server`."""

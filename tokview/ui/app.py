@@ -93,9 +93,9 @@ class NextFound(Message):
 
 
 STORE_TROUBLE = (StoreError, UnknownSample)
+"""What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
 QUIT_AGAIN_S = 4.0
 """How soon a second quit leaves during a generate run (`TokviewApp.action_quit`)."""
-"""What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
 
 
 class TokviewApp(App[None]):

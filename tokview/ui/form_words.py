@@ -11,13 +11,13 @@ from tokview.errors import TokviewError
 
 
 def in_words(message: str, names: Mapping[str, str]) -> str:
-    """`message` with each flag or field of `names` said as the form's label. A flag is a word of its own (a run
-    named `sweep--run-2` keeps its name), and a `tokview doctor --server URL` hint in backticks is a command: its
-    flags stay flags."""
+    """`message` with each flag of `names` said as the form's label. A flag is a word of its own, in no name, path or
+    URL (a run named `sweep--run-2`, `/data/--db/`, `x.--out` keep theirs), and a `tokview doctor --server URL` hint
+    in backticks is a command: its flags stay flags."""
     pieces = message.split("`")
     for k in range(0, len(pieces), 2):
         for flag, label in sorted(names.items(), key=lambda kv: -len(kv[0])):
-            pieces[k] = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", label, pieces[k])
+            pieces[k] = re.sub(rf"(?<![\w\-/.=?&]){re.escape(flag)}(?![\w\-/.=?&])", label, pieces[k])
     return "`".join(pieces)
 
 

@@ -66,13 +66,11 @@ FORM_NAMES = {
     "--mode chat": "mode parsed chat",
     "--mode raw": "mode raw ids",
     "--mode dual": "mode dual",
-    "--db": "store",
-    "max_new_tokens": "max tok",
-    "samples_per_prompt": "samples",
-    "temperature": "temp",
 }
 RERUN, RERUN_FORM = "re-run the same command", "run the same form again"
 """The summary's advice to resume, as the panel does it."""
+ANOTHER_DB, ANOTHER_DB_FORM = "(another --db, or other settings,", "(another store, or other settings,"
+"""The summary's note on samples stored by another run, as the panel (which has no --db) can act on it."""
 
 
 def default_prompts_shown() -> str:
@@ -368,7 +366,8 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         p = event.progress
         bar = self.query_one("#bar", ProgressBar)
         bar.update(total=max(1, p.total), progress=p.done)
-        self.query_one("#progress-line", Static).update(progress_line(p))  # the line `tokview batch` prints
+        # the line `tokview batch` prints, as text: a retry's reason quotes the server (`[/x]` was read as markup)
+        self.query_one("#progress-line", Static).update(plain(progress_line(p)))
 
     @on(Landed)
     def _landed(self, event: Landed) -> None:
@@ -390,8 +389,9 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             else "done"
         )
         self.query_one("#progress-line", Static).update(
-            plain(f"{state}: {in_form_words(s.render())}")
-        )  # the summary `tokview batch` prints, in the form's words ("another --db" said of a panel that has none)
+            plain(f"{state}: {s.render().replace(RERUN, RERUN_FORM).replace(ANOTHER_DB, ANOTHER_DB_FORM)}")
+        )  # the summary `tokview batch` prints; only its advice in the form's words (a run, a path, a server's message
+        # may hold any word: `sweep.temperature`, `/data/--db/`)
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
             self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
         elif s.failed and not s.interrupted:  # `tokview batch` exits 3 then; "done:" and no word hid five HTTP 400s
@@ -404,7 +404,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             )
         if s.bad_rows:  # the CLI lists them (`say_bad_rows`); the panel said only "N bad rows"
             self.notify(
-                in_form_words(bad_rows_said(s.bad_rows, chat_mode="mode parsed chat")),
+                in_form_words(bad_rows_said(s.bad_rows, chat_mode="mode parsed chat")),  # "only --mode chat sends"
                 title="bad rows skipped",
                 severity="warning",
                 timeout=12,
