@@ -25,11 +25,14 @@ for yet (they are whole on disk) before it exits.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pickle
+import select
 import shutil
 import signal
 import struct
+import termios
 import threading
 import time
 from collections import deque
@@ -53,9 +56,12 @@ thread of the forwarding process)."""
 SPOOL_OVER_BYTES = 0
 """How many bytes of answers the forwarding process keeps in memory for a recorder that is behind (a burst on
 busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory. At 0, the
-default, an answer the pipe cannot take goes to the spool file at once (~30 µs of a write to the page cache), so a SIGKILL of
-the forwarding process loses only the requests in flight (and the one answer it was cut writing to the pipe); held
-in memory up to 16 MB, a burst's answers the clients already had were lost with it (2-4 MB in the benchmark)."""
+default, an answer the pipe cannot take whole goes to the spool file at once (~30 µs of a write to the page cache), so a
+SIGKILL of the forwarding process loses only the requests in flight (`RecorderProcess.take` never cuts an answer in the
+pipe); held in memory up to 16 MB, a burst's answers the clients already had were lost with it (2-4 MB in the
+benchmark)."""
+PIPE_PAGE = 4096
+"""A pipe buffer's page (`_pipe_room`)."""
 GATHER_S = 0.15
 GATHER_MAX = 64
 """The child takes what its pipe brings for up to GATHER_S after an answer (at most GATHER_MAX answers) and then
@@ -204,10 +210,31 @@ class RecorderProcess:
         if self._pending:
             self._queue(data)
             return
-        self._send(_frame(data))
+        frame = _frame(data)
+        if len(frame) > self._pipe_room():
+            # Cut in the pipe, the answer's tail would be in this process's memory only: a SIGKILL lost it (the first
+            # answer of each backlog, 3 kill tests in 9). Spooled whole instead, as every answer behind it is.
+            self._queue(data)
+            self._wait_writable()
+            return
+        self._send(frame, data)
 
-    def _send(self, frame: bytes) -> None:
-        """Write a frame to the pipe now, what it cannot take queued whole for `_flush` (the pipe is idle)."""
+    def _pipe_room(self) -> int:
+        """Bytes the pipe surely takes now without cutting a frame (the room only grows until this process writes).
+        A Linux pipe holds pages, not bytes: what the child has not read takes its pages and one more (the page it is
+        reading, partly consumed), and a write may need all-new pages. Where that cannot be asked, PIPE_BUF: a write
+        up to it is whole or nothing."""
+        try:
+            size = int(fcntl.fcntl(self._fd, fcntl.F_GETPIPE_SZ))
+            unread = int(struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+        except (AttributeError, OSError):
+            return select.PIPE_BUF
+        used = -(-unread // PIPE_PAGE) + 1
+        return max(0, size // PIPE_PAGE - used) * PIPE_PAGE
+
+    def _send(self, frame: bytes, data: bytes | None = None) -> None:
+        """Write a frame to the pipe now, what it cannot take queued for `_flush` (the pipe is idle): an answer
+        (`data`) the pipe took none of is spooled as `take` spools it; a cut frame's tail is held."""
         try:
             written = os.write(self._fd, frame)
         except BlockingIOError:
@@ -215,7 +242,10 @@ class RecorderProcess:
         except OSError:  # the child is gone: counted, never a broken forwarding loop
             self._lost()
             return
-        if written < len(frame):
+        if written == 0 and data is not None:
+            self._queue(data)
+            self._wait_writable()
+        elif written < len(frame):
             self._hold(frame[written:])
             self._wait_writable()
 
