@@ -7,6 +7,7 @@ Fixtures stay in tests/ui/conftest.py; test modules import these from here, neve
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,14 @@ from tokview.ui.screens.inspect import InspectData, InspectScreen
 CSS = Path(__file__).parents[2] / "tokview" / "ui" / "styles" / "app.tcss"
 WIDE, NARROW = (120, 40), (80, 24)
 """The snapshot tests' terminal sizes."""
+
+
+async def until(pilot: Any, done: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
+    """Wait (in the app's own time) until `done()` holds; fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.02)
 
 
 async def settle(app: Any, pilot: Any) -> None:

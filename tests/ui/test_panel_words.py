@@ -9,7 +9,7 @@ import asyncio
 
 from textual.widgets import Button, Input, ProgressBar, Select, Static, TextArea
 from textual.widgets._footer import FooterKey
-from ui.helpers import settle
+from ui.helpers import settle, until
 
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.generate import GenerateScreen
@@ -17,13 +17,6 @@ from tokview.ui.screens.generate import GenerateScreen
 
 def _footer_keys(screen) -> set[str]:
     return {key.key_display for key in screen.query(FooterKey)}
-
-
-async def _until(pilot, done, what: str, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not done():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.02)
 
 
 async def test_typing_prompts_chooses_them_and_editing_the_file_path_chooses_the_file(make_app):
@@ -76,7 +69,7 @@ async def test_a_run_whose_every_request_failed_says_so_and_a_new_run_starts_its
             screen.query_one("#typed", TextArea).text = "What is 2+2?"
             screen.query_one("#max-tokens", Input).value = "16"
             await pilot.press("ctrl+s")
-            await _until(pilot, lambda: screen.last_summary is not None, "the run's end")
+            await until(pilot, lambda: screen.last_summary is not None, "the run's end")
             await settle(app, pilot)
             line = str(screen.query_one("#progress-line", Static).render())
             assert line.startswith("failed: "), line
@@ -89,7 +82,7 @@ async def test_a_run_whose_every_request_failed_says_so_and_a_new_run_starts_its
             await pilot.press("ctrl+s")
             await pilot.pause()
             assert bar.progress == 0, "the last run's 100% stood over this one"
-            await _until(pilot, lambda: screen.cancel_event is None, "the failed start")
+            await until(pilot, lambda: screen.cancel_event is None, "the failed start")
 
 
 async def test_ctrl_c_on_an_idle_panel_says_nothing_runs_and_quit_during_a_run_asks_again(make_app):

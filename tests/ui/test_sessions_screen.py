@@ -5,13 +5,13 @@ the list is open (it must show up without a key press)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from ui.helpers import until
 
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
@@ -73,19 +73,12 @@ def _app(db: str, tokenizer: Any, profile: Any) -> Any:
     return TokviewApp(Session(Store(db), tokenizer=tokenizer, profile=profile, who="tester"))
 
 
-async def _until(pilot: Any, done: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.02)
-
-
 async def _open_sessions(app: Any, pilot: Any) -> None:
     """`V`, and wait for the sessions list's first load."""
     from tokview.ui.screens.sessions import SessionsScreen
 
     await pilot.press("V")
-    await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+    await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
 
 
 def _copy(recorded: str, to: Path) -> Path:
@@ -107,17 +100,17 @@ async def test_v_lists_sessions_enter_opens_the_turns_and_a_turn_in_inspect(reco
         while screen.rows[screen.query_one("DataTable").cursor_row].session_id != "user:alice":
             await pilot.press("down")
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        await until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         turns = app.screen
         assert turns.session_id == "user:alice"
         assert [t.turn for t in turns.rows] == [0, 1]
         await pilot.press("down", "enter")
-        await _until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
+        await until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
         assert app.screen.data.sample_id == turns.rows[1].sample_id
         await pilot.press("escape")
-        await _until(pilot, lambda: app.screen is turns, "the turns again")
+        await until(pilot, lambda: app.screen is turns, "the turns again")
         await pilot.press("escape")
-        await _until(pilot, lambda: app.screen is screen, "the sessions list again")
+        await until(pilot, lambda: app.screen is screen, "the sessions list again")
 
 
 async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
@@ -138,7 +131,7 @@ async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
             with httpx.Client() as client:
                 ask = [{"role": "user", "content": "Live?"}]
                 await asyncio.to_thread(_ask, client, proxy.url, sim.cfg.model_name, ask, user="bob")
-            await _until(pilot, lambda: any(r.session_id == "user:bob" for r in screen.rows), "bob's session")
+            await until(pilot, lambda: any(r.session_id == "user:bob" for r in screen.rows), "bob's session")
         finally:
             await asyncio.to_thread(running.__exit__, None, None, None)
         assert len(screen.rows) == 3
@@ -157,7 +150,7 @@ async def test_a_store_moved_away_while_the_list_is_open_is_said_once_and_never_
         app.session.store._file.release(force=True)
         db.rename(tmp_path / "moved.duckdb")
         gone = lambda: [n for n in app._notifications if "is gone" in str(n.message)]  # noqa: E731
-        await _until(pilot, lambda: bool(gone()), "the store said gone")
+        await until(pilot, lambda: bool(gone()), "the store said gone")
         await pilot.pause(2.5)  # two more polls
         assert len(gone()) == 1
         assert not db.exists()
@@ -222,16 +215,16 @@ async def test_a_reload_while_another_program_holds_the_store_is_tried_again_aft
         try:
             assert holder.stdout is not None and holder.stdin is not None
             assert (await asyncio.to_thread(holder.stdout.readline)).strip() == "ready"
-            await _until(pilot, lambda: screen._files._retry_at is not None, "a poll meeting the held store")
+            await until(pilot, lambda: screen._files._retry_at is not None, "a poll meeting the held store")
             screen._files._retry_at = None  # as after a read that met nothing: only the reload's failure sets it
             await pilot.press("ctrl+r")
-            await _until(pilot, lambda: screen._files._retry_at is not None, "the reload meeting the held store")
+            await until(pilot, lambda: screen._files._retry_at is not None, "the reload meeting the held store")
             assert screen.loads == loads
             holder.stdin.write("\n")
             holder.stdin.flush()
         finally:
             await asyncio.to_thread(holder.wait)
-        await _until(pilot, lambda: screen.loads > loads, "the holder's change shown", timeout=10)
+        await until(pilot, lambda: screen.loads > loads, "the holder's change shown", timeout=10)
 
 
 def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_every_session(recorded, tmp_path) -> None:
@@ -269,7 +262,7 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
         while app.screen.rows[app.screen.query_one("DataTable").cursor_row].session_id != "user:alice":
             await pilot.press("down")
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        await until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         screen = app.screen
         assert "2 turns · 1 failed request" in str(screen.query_one("#turns-summary").render())
         await pilot.press("down", "down", "enter")
@@ -334,7 +327,7 @@ async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_mer
         while app.screen.rows[app.screen.query_one("DataTable").cursor_row].part != 1:
             await pilot.press("down")
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        await until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         assert [t.sample_id for t in app.screen.rows] == [t.sample_id for t in later]
         assert "session user:alice (2) · 2 turns" in str(app.screen.query_one("#turns-summary").render())
 
@@ -394,7 +387,7 @@ async def test_at_80_columns_the_sessions_counts_and_the_turns_answers_show(reco
         assert names and all(len(name) <= label_cells(80) for name in names), names
         table.move_cursor(row=next(k for k, r in enumerate(app.screen.rows) if r.session_id == "user:alice"))
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        await until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         shown = [str(c) for c in app.screen.query_one("#turns-table").get_column_at(1)]
         assert all(s.startswith("…:") for s in shown), shown
 
@@ -440,21 +433,21 @@ async def test_curation_keys_act_on_the_turn_under_the_cursor_and_undo_works_on_
             row=next(k for k, r in enumerate(sessions.rows) if r.session_id == "user:alice")
         )
         await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        await until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         turns = app.screen
         first = turns.rows[0].sample_id
         await pilot.press("r", "enter")  # rejected with the first reason offered
-        await _until(pilot, lambda: turns.rows[0].status == "rejected", "the turn shown rejected")
+        await until(pilot, lambda: turns.rows[0].status == "rejected", "the turn shown rejected")
         with Store(db) as store:
             assert store.load_sample(first).status == "rejected"
         await pilot.press("escape")
-        await _until(pilot, lambda: app.screen is sessions, "the sessions list again")
+        await until(pilot, lambda: app.screen is sessions, "the sessions list again")
         await pilot.press("u")  # the store's latest action, from a screen that shows no sample
         await pilot.pause(0.3)
         with Store(db) as store:
             assert store.load_sample(first).status == "pending"
         await pilot.press("E")
-        await _until(pilot, lambda: isinstance(app.screen, ExportDialog), "the export dialog")
+        await until(pilot, lambda: isinstance(app.screen, ExportDialog), "the export dialog")
 
 
 async def test_a_proxied_turns_inspect_title_names_its_session_and_turn(recorded, tokenizer, profile) -> None:
@@ -467,7 +460,7 @@ async def test_a_proxied_turns_inspect_title_names_its_session_and_turn(recorded
     async with app.run_test(size=(160, 40)) as pilot:
         app.open_sample(sample_id)
         # Pushed is not composed: on a busy box the title was asked for before it was there.
-        await _until(
+        await until(
             pilot, lambda: isinstance(app.screen, InspectScreen) and app.screen.query("#inspect-title"), "its title"
         )
         assert "user:alice #turn1" in str(app.screen.query_one("#inspect-title").render())
