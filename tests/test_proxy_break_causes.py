@@ -206,3 +206,31 @@ def test_a_break_before_the_part_a_harness_changed_is_the_templates() -> None:
     turn = book.place(prompt, dropped)
     said = prefix_break_finding(turn, prompt, None, messages=dropped, profile=qwen, server_kind="vllm")["detail"]
     assert "The harness changed turn 0's answer before sending it back: it dropped its reasoning" in said, said
+
+
+def test_without_a_reasoning_parser_a_harness_that_strips_the_think_block_is_the_cause() -> None:
+    """No reasoning parser: the think block is the content's, and a harness that strips it from the content changes
+    the ids from the answer's start. The `</think>` was taken for where the content begins, and the template blamed."""
+    qwen = get_profile("qwen3")
+    assert qwen.think_close_id is not None and qwen.think_open_id is not None
+    output = [qwen.think_open_id, 2, qwen.think_close_id, 5, 6, 151645]
+    served = served_of(assistant_message("<think>x</think>done", [], None), [QUESTION], 10, output, qwen)
+    assert served is not None and served.answer_at == 0
+    stripped = [QUESTION, {"role": "assistant", "content": "done"}, {"role": "user", "content": "more"}]
+    assert harness_changes(served, stripped, "vllm", reaching=0) == ["changed its content (the whitespace around it)"]
+
+
+def test_only_the_changes_that_reach_the_break_are_its_cause_the_rest_said_after_it() -> None:
+    qwen = get_profile("qwen3")
+    layout = qwen.tool_calls
+    assert layout is not None and qwen.think_close_id is not None
+    book = SessionBook("r", profile=qwen)
+    first = [*SYSTEM, 1]
+    _place(book, first, [2, 3, qwen.think_close_id, 5, layout.call_begin_id, 7, layout.call_end_id], [QUESTION], SERVED)
+    tool = {"role": "tool", "tool_call_id": CALL["id"], "content": "sunny"}
+    both = [QUESTION, _sent(reasoning_content=None, tool_calls=[{**_sent()["tool_calls"][0], "id": "call_9"}]), tool]
+    prompt = [*first, qwen.think_close_id, 5, 9]
+    turn = book.place(prompt, both)
+    said = prefix_break_finding(turn, prompt, None, messages=both, profile=qwen, server_kind="vllm")["detail"]
+    assert "it dropped its reasoning; it also renumbered its call ids ('call_9'" in said, said
+    assert "after the break" in said, said

@@ -89,3 +89,27 @@ def test_an_answer_the_full_pipe_takes_none_of_survives_a_killed_forwarding_proc
     with _recorder(tmp_path / "z.duckdb", kimi_tok, kimi_profile) as recorder:
         _take_all_then_die(recorder, items)
     assert _rows(tmp_path / "z.duckdb") == sorted(f"user:u{n}" for n in range(80))
+
+
+def test_the_room_said_is_taken_whole_after_many_small_writes_left_pages_part_filled() -> None:
+    """Seven 2,100-byte frames unread: each left a page part filled, and a write of the room estimated from the bytes
+    unread alone was cut (36,864 of 45,006 bytes)."""
+    import fcntl
+    from types import SimpleNamespace
+
+    from tokview.proxy.recorder_process import RecorderProcess
+
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETFL, fcntl.fcntl(write_end, fcntl.F_GETFL) | os.O_NONBLOCK)
+        fake = SimpleNamespace(_fd=write_end, _writes_unread=0)
+        for _ in range(7):
+            assert RecorderProcess._pipe_room(fake) >= 2_100  # type: ignore[arg-type]
+            os.write(write_end, b"x" * 2_100)
+            fake._writes_unread += 1
+        room = RecorderProcess._pipe_room(fake)  # type: ignore[arg-type]
+        assert room > 0
+        assert os.write(write_end, b"y" * room) == room
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -1058,3 +1058,28 @@ def test_a_user_name_that_looks_numbered_never_breaks_or_stalls_another_users_pl
     first = _turn(book, SYSTEM + [5], [6], [{"role": "user", "content": "z"}], user="alice")
     assert time.monotonic() - began < 0.5
     assert first.session_id == "user:alice/3000001"  # numbered past the highest seen: never a name another has
+
+
+def test_a_next_turn_whose_ids_extend_its_turn_stays_there_whatever_its_messages_say() -> None:
+    """A harness that sends the reasoning back inside the content (the template splits it out again: the same ids)
+    holds no message key of the turn it continues: the turn before it matched by messages, and the request was filed
+    as a branch of that one, with a break where the ids do not differ."""
+    book = SessionBook("r")
+    m0 = [{"role": "user", "content": "task"}]
+    call = {"id": "c0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    a0 = {"role": "assistant", "content": "", "tool_calls": [call]}
+    t0 = book.place(SYSTEM + [1], m0)
+    book.add(t0, "x0", prompt_ids=SYSTEM + [1], output_ids=[2, 3], messages=m0, answer=a0)
+    m1 = [*m0, a0, {"role": "tool", "tool_call_id": "c0", "content": "f"}]
+    a1 = {"role": "assistant", "content": "done", "reasoning_content": "think"}
+    t1 = book.place(SYSTEM + [1, 2, 3, 4], m1)
+    book.add(t1, "x1", prompt_ids=SYSTEM + [1, 2, 3, 4], output_ids=[5, 6, 7], messages=m1, answer=a1)
+    m2 = [*m1, {"role": "assistant", "content": "<think>think</think>done"}, {"role": "user", "content": "more"}]
+    t2 = book.place(SYSTEM + [1, 2, 3, 4, 5, 6, 7, 8], m2)
+    assert (t2.session_id, t2.turn, t2.joined_by, t2.parent_sample, t2.break_at) == (
+        t0.session_id,
+        2,
+        "prefix",
+        "x1",
+        None,
+    )

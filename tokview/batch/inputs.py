@@ -295,7 +295,7 @@ def check_prompts_path(path: str | Path) -> Path:
                 raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
             # a ShareGPT or Alpaca .json dump (an indented array, or one array on one line): 522 "bad rows" and
             # exit 4, as if a run had ended; a JSONL file whose first row alone is an array keeps it as a bad row
-            if first == "[" or (first.startswith("[") and second is None):
+            if first == "[" or (first.startswith("[") and (second is None or first.endswith(","))):
                 raise InputError(
                     f"{path} is a JSON array, not JSONL (one JSON object per line): convert it, e.g. "
                     f"`jq -c '.[]' {shlex.quote(str(path))} > rows.jsonl`"

@@ -64,7 +64,8 @@ def served_of(
     answer_at = calls_at = 0
     if output_ids is not None and profile is not None:
         close = profile.think_close_id
-        answer_at = output_ids.index(close) + 1 if close is not None and close in output_ids else 0
+        if isinstance(reasoning, str) and reasoning and close is not None and close in output_ids:
+            answer_at = output_ids.index(close) + 1  # (no reasoning parser: the think block is the content's)
         calls_at = len(output_ids)
         if calls:  # list scans in C: a Python walk of a 2,000-id answer cost ~0.1 ms a request
             layout = profile.tool_calls

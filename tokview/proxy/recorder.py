@@ -334,7 +334,9 @@ def _why(
         )
     reaching = harness_changes(served, messages or [], server_kind, reaching=at - served.prompt_len)
     if reaching:
-        return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(changes)}"
+        later = [c for c in changes if c not in reaching]
+        after = f"; it also {'; '.join(later)}, after the break" if later else ""
+        return f"The harness changed turn {compared}'s answer before sending it back: it {'; '.join(reaching)}{after}"
     if changes:  # its changes are all in parts after the break (Qwen3's template re-spaces `</think>` before the calls)
         faithful = (
             f"The harness changed turn {compared}'s answer only after the break (it {'; '.join(changes)}): the break "

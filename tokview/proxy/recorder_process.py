@@ -60,7 +60,7 @@ default, an answer the pipe cannot take whole goes to the spool file at once (~3
 SIGKILL of the forwarding process loses only the requests in flight (`RecorderProcess.take` never cuts an answer in the
 pipe); held in memory up to 16 MB, a burst's answers the clients already had were lost with it (2-4 MB in the
 benchmark)."""
-PIPE_PAGE = 4096
+PIPE_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 """A pipe buffer's page (`_pipe_room`)."""
 GATHER_S = 0.15
 GATHER_MAX = 64
@@ -166,6 +166,8 @@ class RecorderProcess:
         said_out.close()
         self._wait_ready()
         self._fd = self._jobs.fileno()
+        self._writes_unread = 0
+        """Writes to the pipe since it was last seen empty: each may hold a page partly filled (`_pipe_room`)."""
         os.set_blocking(self._fd, False)
         self._pending: deque[bytes] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -229,7 +231,10 @@ class RecorderProcess:
             unread = int(struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0])
         except (AttributeError, OSError):
             return select.PIPE_BUF
-        used = -(-unread // PIPE_PAGE) + 1
+        if unread == 0:
+            self._writes_unread = 0
+        # each write not yet read may have left a page partly filled (only a write's tail merges into the last page)
+        used = -(-unread // PIPE_PAGE) + self._writes_unread + 1
         return max(0, size // PIPE_PAGE - used) * PIPE_PAGE
 
     def _send(self, frame: bytes, data: bytes | None = None) -> None:
@@ -242,6 +247,7 @@ class RecorderProcess:
         except OSError:  # the child is gone: counted, never a broken forwarding loop
             self._lost()
             return
+        self._writes_unread += written > 0
         if written == 0 and data is not None:
             self._queue(data)
             self._wait_writable()
@@ -300,6 +306,7 @@ class RecorderProcess:
                     self._loop.remove_writer(self._fd)
                 return
             self._pending_bytes -= written
+            self._writes_unread += written > 0
             if written < len(self._pending[0]):
                 self._pending[0] = self._pending[0][written:]
                 return

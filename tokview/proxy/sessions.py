@@ -328,7 +328,8 @@ class SessionBook:
                 # Placed after `head`, another rollout's turn joined the cut one's session unflagged, its harness's
                 # renumbered call ids never said.
                 other = self._by_message_prefix(messages, UNNAMED)
-                if other is not None and other is not head:
+                if other is not None and other is not head and packed[: len(other.sequence)] != other.sequence:
+                    # (a turn whose ids it extends too is on `head`'s own line: an earlier turn of it, not another's)
                     return _after(other, packed, "messages", breaks=True)
             return _after(head, packed, "prefix")
         head = self._by_message_prefix(messages, UNNAMED)
