@@ -72,7 +72,7 @@ class RowShapes:
 
     def late_exemplars(self) -> bool:
         """Whether a row shape first appears past the loader's first read."""
-        return any(start >= LOADER_CHUNK_BYTES for start, _ in self.exemplars)
+        return self.late_count() > 0
 
     def late_count(self) -> int:
         """The rows whose shape first appears past the loader's first read."""

@@ -95,45 +95,33 @@ def harness_changes(
     sent = messages[served.at] if served.at < len(messages) else None
     if not isinstance(sent, dict) or sent.get("role") != "assistant":
         return None
-    said: list[str] = []
-    if reaching is not None:
-        return [
-            change
-            for change in harness_changes(served, messages, server_kind) or []
-            if _part_start(served, change) <= reaching
-        ]
+    said: list[tuple[int, str]] = []  # (where the changed part begins in the output, the change in words)
     if served.reasoning is not None:
         kept = {f: v for f in REASONING_FIELDS if isinstance(v := sent.get(f), str) and v}
         if server_kind == SGLANG and "reasoning" in kept:  # SGLang reads `reasoning_content` only
             kept.pop("reasoning")
             if not kept:
                 said.append(
-                    "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)"
+                    (
+                        0,
+                        "sent its reasoning as `reasoning`, a field SGLang does not read (it reads `reasoning_content`)",
+                    )
                 )
         elif not kept:
-            said.append("dropped its reasoning")
+            said.append((0, "dropped its reasoning"))
         if kept and all(_digest(v) != served.reasoning for v in kept.values()):
-            said.append("re-wrote its reasoning")
+            said.append((0, "re-wrote its reasoning"))
     if _digest(_text(sent.get("content"))) != served.content:
-        said.append("changed its content (the whitespace around it)")
+        said.append((served.answer_at, "changed its content (the whitespace around it)"))
     calls = sent.get("tool_calls")
     sent_calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
     renumbered = [(c.get("id"), own) for (own, _), c in zip(served.calls, sent_calls) if c.get("id") != own]
     if renumbered:
         first, own = renumbered[0]
-        said.append(f"renumbered its call ids ({_quoted(first)} for the served {_quoted(own)})")
+        said.append((served.calls_at, f"renumbered its call ids ({_quoted(first)} for the served {_quoted(own)})"))
     if any(_digest(_arguments(c)) != args for (_, args), c in zip(served.calls, sent_calls)):
-        said.append("re-serialised its arguments")
-    return said
-
-
-def _part_start(served: Served, change: str) -> int:
-    """Where in the output the part a change (as `harness_changes` words it) is in begins."""
-    if change.startswith(("renumbered its call ids", "re-serialised its arguments")):
-        return served.calls_at
-    if change.startswith("changed its content"):
-        return served.answer_at
-    return 0  # its reasoning: the output's start
+        said.append((served.calls_at, "re-serialised its arguments"))
+    return [change for start, change in said if reaching is None or start <= reaching]
 
 
 def _text(content: object) -> str:

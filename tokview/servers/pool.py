@@ -245,11 +245,7 @@ class ServerPool:
 
     def _retrying(self, exc: Retryable) -> None:
         self.retried += 1
-        server = next((s for s in self._servers if s.client.url == exc.url), None)
-        if server is not None:
-            self.last_retry = server.last_error  # scrubbed by `_failed`
-            return
-        reason = exc.reason  # no server's ("no healthy server (…)"): scrubbed of every server's secrets here
+        reason = exc.reason  # its server's, or none's ("no healthy server (…)"): scrubbed of every server's secrets
         for s in self._servers:
             reason = s.client.secrets.scrub(reason)
         self.last_retry = reason

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tokview.errors import TokviewError
 
@@ -21,8 +21,9 @@ def in_words(message: str, names: Mapping[str, str]) -> str:
     return "`".join(pieces)
 
 
-def reword(error: BaseException, names: Mapping[str, str]) -> None:
-    """The app's notification of a failed worker says the error too: in the form's words as well."""
+def reword(error: BaseException, say: Callable[[str], str]) -> None:
+    """The app's notification of a failed worker says the error too: in the form's words as well (`say`: the form's
+    wording of a message, the same its own line uses)."""
     if isinstance(error, TokviewError):
-        error.message = in_words(error.message, names)
+        error.message = say(error.message)
         error.args = (error.message,)

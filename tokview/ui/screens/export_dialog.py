@@ -46,6 +46,10 @@ DIALOG_NAMES = {
 """`tokview export`'s flags → this dialog's labels: its errors and summary are the command's (`form_words`)."""
 
 
+def in_dialog_words(message: str) -> str:
+    return in_words(message, DIALOG_NAMES)
+
+
 @dataclass(frozen=True)
 class ExportRequest:
     """What the dialog asks for, read on the UI thread and handed to the worker as plain values."""
@@ -222,7 +226,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             tags=request.tags,
             without_tags=request.without_tags,
         )
-        self.post_message(self.Done(in_words(summary(result), DIALOG_NAMES)))
+        self.post_message(self.Done(in_dialog_words(summary(result))))
 
     @on(Done)
     def _done(self, event: Done) -> None:
@@ -234,7 +238,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.running = False  # the app says it too (a falsy answer forwards the failure)
-        reword(error, DIALOG_NAMES)
+        reword(error, in_dialog_words)
         self.query_one("#export-summary", Static).update(plain(failure_text(error)))
 
     def action_cancel(self) -> None:

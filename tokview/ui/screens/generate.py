@@ -353,7 +353,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             self.query_one("#progress-line", Static).update(plain(f"cancelled: {error}"))
             return True
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
-        reword(error, FORM_NAMES)  # the app's notification too names the form's fields, not the flags
+        reword(error, in_form_words)  # the app's notification too names the form's fields, not the flags
         return False
 
     def _idle(self) -> None:
