@@ -24,6 +24,7 @@ FLAG_FIELDS = {
     "timeout": "timeout",
     "retries": "retries",
     "max_consecutive_failures": "max_consecutive_failures",
+    "any_vocabulary": "any_vocabulary",
     "tokenizer": "tokenizer_dir",
     "profile": "profile",
     "trust_remote_code": "trust_remote_code",

@@ -17,6 +17,7 @@ from tokview.batch.chains import ChainItem, run_chain
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import INTERRUPTED, run_workers
+from tokview.batch.vocabulary_guard import AnswerVocabularyCheck
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.secrets import scrub_text
 
@@ -63,9 +64,10 @@ async def capture_all(
 ) -> str | None:
     """Capture every item in `todo` and hand it to the writer; None when all were tried.
 
-    Otherwise why it stopped early: INTERRUPTED (cancel), the writer's error (a full disk), or
+    Otherwise why it stopped early: INTERRUPTED (cancel), the writer's error (a full disk),
     `max_consecutive_failures` failures in a row (a server that fails every request would
-    otherwise get every prompt with full retries)."""
+    otherwise get every prompt with full retries), or first answers that read as other text with the run's
+    tokenizer (`vocabulary_guard`; not with `any_vocabulary`), which a run that ends sooner returns too."""
     from tokview.servers import CaptureFailed, CaptureRequest
 
     settings = {k: v for k, v in config.generation_settings().items() if k != "mode"}
@@ -75,6 +77,7 @@ async def capture_all(
     limit = config.max_consecutive_failures
     max_pending = 4 * max(config.concurrency * len(config.servers), 16)
     state = _Failures()
+    vocabulary = None if config.any_vocabulary else AnswerVocabularyCheck(tokenizer_name(config))
 
     def fail(item: WorkItem | None, reason: str, url: str | None) -> None:
         if item is not None:  # None: a chain's failure, already handed to the writer with its chain
@@ -98,12 +101,15 @@ async def capture_all(
         if room is not None:  # what fits under the server's context length
             request.settings["max_new_tokens"] = room
         try:
-            return await pool.capture(request, prefer=prefer)
+            capture = await pool.capture(request, prefer=prefer)
         except CaptureFailed as exc:
             refused = exc.status in REFUSED_REQUEST  # the request itself, not the server: a chain stops there
             return exc.reason, exc.url, True, refused
         except Exception as exc:  # a malformed response the servers layer did not classify
             return failure_reason(exc), None, True
+        if vocabulary is not None and (wrong := vocabulary.see(capture, pool.tokenizer)) and state.stop is None:
+            state.stop = wrong
+        return capture
 
     def request_settings(item: WorkItem | ChainItem, extra_kwargs: dict[str, Any] | None) -> dict[str, Any]:
         out = dict(settings)
@@ -180,4 +186,15 @@ async def capture_all(
         return INTERRUPTED
     if writer.error is not None:
         return str(writer.error)
+    if state.stop is None and vocabulary is not None:  # a run done before `TOLD` answers were told
+        state.stop = vocabulary.verdict()
     return state.stop
+
+
+def tokenizer_name(config: BatchConfig) -> str:
+    """The run's tokenizer as its user named it (or did not)."""
+    if config.tokenizer is not None and getattr(config.tokenizer, "source", None) is not None:
+        return f"the tokenizer of {config.tokenizer.source}"
+    if config.tokenizer_dir is not None:
+        return f"--tokenizer {config.tokenizer_dir}"
+    return "tokview's default Kimi-layout tokenizer"

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from tokview.servers import ServerPool
 
 
+OTHER_VOCABULARY = "the server's answers read as other text"
+"""How a run stopped by `vocabulary_guard` begins its reason: the same command would stop again, so no resume is
+offered."""
+
+
 @dataclass
 class BatchConfig:
     servers: list[str]
@@ -56,6 +61,8 @@ class BatchConfig:
     """An already resolved ModelProfile; wins over `profile`."""
     max_consecutive_failures: int = 20
     """Stop the run (with the reason) after this many failed requests in a row; 0 never stops."""
+    any_vocabulary: bool = False
+    """Go on when the first answers read as other text with the run's tokenizer (`vocabulary_guard`)."""
     shard: tuple[int, int] | None = None
     """(K, N): generate only the K-th of N shards of the sample ids (`--shard K/N`)."""
     workers: int = 1
@@ -432,10 +439,8 @@ class BatchSummary:
             lines.append(f"  {said}: {printable_line(clipped(why, 200))}")
         lines += [f"  note: {printable_line(note)}" for note in self.notes]
         if self.stopped:
-            lines.append(
-                f"  stopped: {printable_line(self.stopped)}; committed samples are kept, re-run the same command "
-                "to resume"
-            )
+            again = "" if self.stopped.startswith(OTHER_VOCABULARY) else ", re-run the same command to resume"
+            lines.append(f"  stopped: {printable_line(self.stopped)}; committed samples are kept{again}")
         if self.interrupted:
             lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
         return "\n".join(lines)

@@ -99,11 +99,14 @@ def _as_written(arguments: object) -> str:
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
     """Whether the target's `decoded` text of a sample's output ids is that sample's `text`: when the probe read all
     the ids, the answer's words must be found in the decoded text; when it read their start, the decoded words in the
-    answer. A word is found anywhere in the other side with its markup and whitespace taken out: a side that skipped
-    special tokens glues the words around them (Harmony's `analysis` and the reasoning's first word), the other keeps
-    them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
+    answer. A word is found anywhere in the other side with its whitespace taken out, and with its markup taken out or
+    kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
+    first word), the other keeps them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
     wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
-    within = "".join(_MARKUP.sub("", decoded if whole else text).split())
+    other = decoded if whole else text
+    # and with its markup kept: a tag may spell the words a parser returned (Qwen3-Coder's `<function=get_weather>`
+    # is the `get_weather` of its tool call)
+    within = "".join(_MARKUP.sub("", other).split()) + "\n" + "".join(other.split())
     if len(wanted) < MIN_WORDS:
         return None
     return sum(word in within for word in wanted) >= SHARE * len(wanted)

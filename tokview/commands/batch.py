@@ -1,7 +1,8 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
 Exit codes: 0 done, 1 usage or input error (an empty prompts file too) or a run that stopped early (a full disk,
---max-consecutive-failures, a bad row with --on-bad-row stop; the summary's `stopped` says which), 2 server
+--max-consecutive-failures, a bad row with --on-bad-row stop, first answers that read as other text with the run's
+tokenizer; the summary's `stopped` says which), 2 server
 unreachable, 3 finished with failures, 4 finished but bad input rows were skipped, 70 a bug in tokview, 130 interrupted (Ctrl-C;
 committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
@@ -166,6 +167,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f"(default {D['max_consecutive_failures']})",
     )
     p.add_argument(
+        "--any-vocabulary",
+        action="store_true",
+        default=D["any_vocabulary"],
+        help="go on when the first answers, decoded by the run's tokenizer, read as other text than the server "
+        "said (another model's vocabulary: by default the run stops there, exit 1)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -252,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         retries=args.retries,
         max_consecutive_failures=args.max_consecutive_failures,
+        any_vocabulary=args.any_vocabulary,
         shard=args.shard,
         ray=args.ray,
         workers=args.workers if args.workers is not None else (os.cpu_count() or 1),

@@ -1,0 +1,140 @@
+"""A batch whose tokenizer is not the served model's stops at its first answers (`batch/vocabulary_guard.py`).
+
+Two user passes met it: tokview's Kimi-layout default tokenizer against a Qwen3 server stored every answer flagged
+(`think_open_missing`), exit 0, and a big run would have spent its hours so. Simulators of the two vocabularies on
+real sockets; the check reads the answers the run gets anyway (no request is added)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import kimi, make_capture
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.vocabulary_guard import AnswerVocabularyCheck
+from tokview.batch.vocabulary_probe import reads_as
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+
+def _prompts(path: Path, n: int) -> Path:
+    rows = [
+        {"id": f"p{k}", "messages": [{"role": "user", "content": f"Say something about rivers, {k}"}]} for k in range(n)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _batch(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokview", "batch", *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_default_kimi_tokenizer_against_a_qwen3_server_stops_at_its_first_answers(tmp_path, qwen_tok_dir):
+    prompts, db = _prompts(tmp_path / "p.jsonl", 60), tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir, profile="qwen3")) as sim:
+        run = _batch(str(prompts), "--server", sim.url, "--db", str(db), "--mode", "chat", "--concurrency", "2")
+        assert run.returncode == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        stopped = next(line for line in run.stderr.splitlines() if line.strip().startswith("stopped:"))
+        assert "the server's answers read as other text with tokview's default Kimi-layout tokenizer" in stopped
+        assert "3 of 3 answers told differ" in stopped and "--any-vocabulary" in stopped
+        assert "re-run the same command" not in stopped  # the same command would stop again
+        with Store(db) as store:
+            kept = store.query("SELECT count(*) FROM samples")[0][0]
+        assert 3 <= kept < 60  # what was answered is kept; the rest was never asked for
+
+        anyway = _batch(
+            str(prompts), "--server", sim.url, "--db", str(tmp_path / "anyway.duckdb"), "--mode", "chat",
+            "--any-vocabulary", "--summary-json",
+        )  # fmt: skip
+    assert anyway.returncode == 0, anyway.stderr
+    summary = json.loads(anyway.stdout)
+    assert (summary["ok"], summary["stopped"]) == (60, None)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_a_qwen3_tokenizer_against_the_kimi_simulator_stops_in_raw_mode_too(tmp_path, qwen_tok_dir, kind):
+    """Raw mode sends the tokenizer's ids; the Kimi vocabulary holds Qwen3's, so the server answers (as text of
+    its own): the answers tell, not a failure."""
+    with start_simulator(SimConfig(kind=kind)) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = BatchConfig(
+            servers=[sim.url], prompts_path=_prompts(tmp_path / "p.jsonl", 40), tokenizer_dir=qwen_tok_dir,
+            profile="qwen3", concurrency=2, max_new_tokens=60,
+        )  # fmt: skip
+        summary = await run_batch(config, store)
+    assert summary.stopped is not None and "read as other text with --tokenizer" in summary.stopped, summary.render()
+    assert summary.ok < 40 and summary.abandoned > 0
+    assert summary.exit_code == 1
+
+
+async def test_the_served_models_tokenizer_never_stops_a_run(tmp_path, qwen_tok_dir):
+    with start_simulator(SimConfig(kind="sglang", tokenizer_dir=qwen_tok_dir, profile="qwen3")) as sim:
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(
+                servers=[sim.url], prompts_path=_prompts(tmp_path / "p.jsonl", 12), tokenizer_dir=qwen_tok_dir,
+                profile="qwen3", mode="chat", max_new_tokens=60,
+            )  # fmt: skip
+            summary = await run_batch(config, store)
+    assert (summary.ok, summary.stopped) == (12, None), summary.render()
+
+
+async def test_a_run_done_before_three_answers_were_told_still_says_it(tmp_path, qwen_tok_dir):
+    """One prompt: the run ends before `TOLD` answers; the one that read as other text still fails the run."""
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = BatchConfig(
+            servers=[sim.url], prompts_path=_prompts(tmp_path / "p.jsonl", 1), tokenizer_dir=qwen_tok_dir,
+            profile="qwen3", max_new_tokens=60,
+        )  # fmt: skip
+        summary = await run_batch(config, store)
+    assert summary.ok == 1
+    assert summary.stopped is not None and "1 of 1 answer told differs" in summary.stopped
+
+
+def _answer(text: str, ids: list[int]):
+    capture = make_capture("q")
+    capture.output_ids, capture.text, capture.reasoning, capture.content, capture.tool_calls = (
+        ids,
+        text,
+        None,
+        None,
+        None,
+    )
+    return capture
+
+
+def test_the_check_decides_by_the_majority_of_the_answers_told_and_skips_short_ones():
+    tok = kimi()
+    said = "rivers flow down mountains into quiet valleys"
+    own = tok.encode(said)
+    check = AnswerVocabularyCheck("--tokenizer X")
+    assert check.see(_answer("ok", tok.encode("ok")), tok) is None and check.told == 0  # too few words to tell
+    assert check.see(_answer(said, own), tok) is None
+    assert check.see(_answer(said, list(reversed(own))[:2]), tok) is None  # one disagreeing of two
+    assert check.see(_answer(said, own), tok) is None  # two of three agree: no stop
+    assert check.told == 3 and check.verdict() is None
+    assert check.see(_answer(said, [1, 2, 3]), tok) is None and check.told == 3  # decided: later answers unread
+
+
+def test_ids_the_tokenizer_cannot_decode_read_as_none_of_the_words():
+    check = AnswerVocabularyCheck("--tokenizer X")
+    for _ in range(3):
+        stop = check.see(_answer("rivers flow down mountains", [10**9]), kimi())
+    assert stop is not None and "3 of 3 answers told differ" in stop and "decode as ''" in stop
+
+
+def test_a_parsers_words_found_inside_the_markup_of_the_ids_agree():
+    """Qwen3-Coder's calls spell the function and parameter names inside tags (`<function=get_weather>`): a check
+    that took the tags out found none of the call's words and stopped a run on the served model's own tokenizer."""
+    said = 'Okay, let me think. get_weather {"city": "Paris", "days": 6}'
+    ids_read = (
+        "<think>\nOkay, let me think.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n<parameter=days>\n6\n</parameter>\n</function>\n</tool_call>"
+    )
+    assert reads_as(said, ids_read) is True
+    assert reads_as(said, "dgyk adlbcpmon etcrv yym tu yzg nu hj aavknaw kfx") is False
