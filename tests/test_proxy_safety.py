@@ -339,3 +339,14 @@ def test_an_ipv6_listen_address_is_printed_as_a_url_a_client_can_use() -> None:
         with start_proxy(ProxyConfig([sim.url], listen="[::1]:0", db=None)) as running:
             assert running.url.startswith("http://[::1]:")
             assert httpx.get(running.url + "/health", timeout=5).status_code == 200
+
+
+def test_a_listen_port_out_of_range_is_said_as_such(capsys) -> None:
+    """`--listen 127.0.0.1:70000` was told "expected HOST:PORT", which it is."""
+    assert main(["proxy", "--server", "http://127.0.0.1:1", "--listen", "127.0.0.1:70000"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "tokview: error: --listen '127.0.0.1:70000': port 70000 is out of range (0 to 65535; 0 picks a free one)"
+    ]
+    assert main(["proxy", "--server", "http://127.0.0.1:1", "--listen", "127.0.0.1:x"]) == 1
+    assert "expected HOST:PORT" in capsys.readouterr().err

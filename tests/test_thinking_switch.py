@@ -40,6 +40,7 @@ def test_batch_refuses_no_thinking_where_the_template_always_thinks(qwen_tok_dir
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1, err
         assert "--no-thinking: profile qwen3's template opens reasoning in the prompt all the same" in err[0]
+        assert err[0].endswith("leave thinking on, or name the template's switch: --chat-template-kwargs")
         kwargs = ["--chat-template-kwargs", '{"note": 1}']  # kwargs that switch nothing: refused all the same
         assert main([*args, "--tokenizer", str(thinking), "--no-thinking", *kwargs]) != 0
         assert "opens reasoning in the prompt all the same" in capsys.readouterr().err
@@ -152,3 +153,4 @@ def test_no_thinking_is_refused_for_kimi_k2_thinking_which_always_reasons() -> N
     tokenizer = load_tokenizer(kimi_tokenizer_dir(model="kimi-k2-thinking"))
     said = thinking_off_refusal(get_profile("kimi-k2-thinking"), tokenizer, {"thinking": False})
     assert said is not None and "reasons in every answer" in said
+    assert said.endswith("leave thinking on") and "switch:" not in said  # no switch to name: it has none

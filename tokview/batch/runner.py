@@ -283,9 +283,7 @@ async def _run(
     sent = {**profile.template_kwargs(False), **(config.chat_template_kwargs or {})}
     refusal = thinking_off_refusal(profile, tokenizer, sent) if config.thinking is False else None
     if refusal is not None:
-        raise InputError(
-            f"--no-thinking: {refusal}; leave it on, or name the template's switch: --chat-template-kwargs"
-        )
+        raise InputError(f"--no-thinking: {refusal}")
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     loop = asyncio.get_running_loop()

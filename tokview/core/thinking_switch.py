@@ -19,12 +19,14 @@ def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwa
     kwargs that would be sent (`kwargs`), the template still opens reasoning (Qwen3-2507 Thinking, deepseek-r1: a
     pre-filled opener, no switch), so every sample would be `reasoning_with_thinking_off`; and gpt-oss reasons in
     every answer, as Kimi-K2-Thinking does (its template reads no switch; the model writes its own `<think>`). A
-    template that opens nothing (Qwen3-2507 Instruct, a model that never thinks) is no reason to refuse."""
+    template that opens nothing (Qwen3-2507 Instruct, a model that never thinks) is no reason to refuse.
+    Each reason ends with what to do: a model that always reasons has no switch to name."""
     if profile.format == HARMONY:
-        return "gpt-oss reasons in every answer (its reasoning_effort is set with --chat-template-kwargs)"
+        return "gpt-oss reasons in every answer: leave thinking on (its reasoning_effort is set with --chat-template-kwargs)"
     if profile.name == "kimi-k2-thinking":
         return (
-            "Kimi-K2-Thinking reasons in every answer (its template reads no switch; the model writes <think> itself)"
+            "Kimi-K2-Thinking reasons in every answer (its template reads no switch; the model writes <think> itself): "
+            "leave thinking on"
         )
     if not profile.has_reasoning or not tokenizer.chat_template:
         return None
@@ -41,7 +43,8 @@ def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwa
         return None
     return (
         f"profile {profile.name}'s template opens reasoning in the prompt all the same (it reads no switch among "
-        f"{sorted(kwargs) or 'no kwargs'}): every sample would be flagged reasoning_with_thinking_off"
+        f"{sorted(kwargs) or 'no kwargs'}): every sample would be flagged reasoning_with_thinking_off; leave thinking "
+        "on, or name the template's switch: --chat-template-kwargs"
     )
 
 

@@ -74,8 +74,10 @@ class ProxyConfig:
 def listen_address(text: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 in brackets) as a pair; UserError for anything else."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdecimal() or not 0 <= int(port) <= 65535 or not host:
+    if not sep or not port.isdecimal() or not host:
         raise UserError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8900")
+    if int(port) > 65535:
+        raise UserError(f"--listen {text!r}: port {int(port)} is out of range (0 to 65535; 0 picks a free one)")
     return host.strip("[]"), int(port)
 
 

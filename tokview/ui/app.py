@@ -697,7 +697,9 @@ class TokviewApp(App[None]):
     async def action_quit(self) -> None:
         """Quit; during a generate run only on a second press within a few seconds: ctrl+q left mid-run at once, its
         requests in flight lost, where esc on the panel refuses to leave a running run."""
-        running = any(getattr(screen, "cancel_event", None) is not None for screen in self.screen_stack)  # generate's
+        from tokview.ui.screens.generate import GenerateScreen
+
+        running = any(isinstance(screen, GenerateScreen) and screen.running for screen in self.screen_stack)
         now = time.monotonic()
         if running and now - self._quit_asked_at > QUIT_AGAIN_S:
             self._quit_asked_at = now

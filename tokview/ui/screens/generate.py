@@ -139,9 +139,15 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         super().__init__()
         self.session = session
         self.cancel_event: asyncio.Event | None = None
+        """Set while a run goes on: what ctrl+c sets to cancel it."""
         self.last_summary: BatchSummary | None = None
         self.url_notes: list[str] = []
         """What was changed about the typed server URL (e.g. a dropped /v1), set by build_config."""
+
+    @property
+    def running(self) -> bool:
+        """Whether a run goes on (the app asks before quitting)."""
+        return self.cancel_event is not None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="generate-form"):
