@@ -138,3 +138,36 @@ def test_a_parsers_words_found_inside_the_markup_of_the_ids_agree():
     )
     assert reads_as(said, ids_read) is True
     assert reads_as(said, "dgyk adlbcpmon etcrv yym tu yzg nu hj aavknaw kfx") is False
+
+
+def _proxied(sim_url: str, tmp_path: Path, tokenizer, profile) -> list[str]:
+    """Four chat answers through a proxy recording with `tokenizer`: what the proxy said."""
+    import httpx
+
+    from tokview.proxy.serve import ProxyConfig, start_proxy
+
+    said: list[str] = []
+    config = ProxyConfig(
+        [sim_url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=tokenizer, profile=profile,
+        say=said.append, record_in="thread",
+    )  # fmt: skip
+    with start_proxy(config) as proxy:
+        for k in range(4):
+            ask = {"model": "tokview-sim", "messages": [{"role": "user", "content": f"rivers {k}"}], "max_tokens": 60}
+            assert httpx.post(proxy.url + "/v1/chat/completions", json=ask, timeout=30).status_code == 200
+    with Store(tmp_path / "p.duckdb") as store:  # recorded all the same: the ids are exact whatever the tokenizer
+        assert store.query("SELECT count(*) FROM samples")[0][0] == 4
+    return said
+
+
+def test_the_proxy_says_once_that_its_tokenizer_reads_the_answers_as_other_text(tmp_path, qwen_tok_dir):
+    from tokview.core.profiles import get_profile
+    from tokview.core.tokenizer import load_tokenizer
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir, profile="qwen3")) as sim:
+        wrong = _proxied(sim.url, tmp_path / "wrong", kimi(), get_profile("kimi-k2.5"))
+        right = _proxied(sim.url, tmp_path / "right", load_tokenizer(qwen_tok_dir), get_profile("qwen3"))
+    told = [line for line in wrong if "read as other text" in line]
+    assert len(told) == 1 and told[0].startswith("tokview proxy: the server's answers read as other text with ")
+    assert "restart the proxy with the served model's tokenizer folder" in told[0]
+    assert not [line for line in right if "other text" in line]

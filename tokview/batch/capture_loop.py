@@ -17,7 +17,7 @@ from tokview.batch.chains import ChainItem, run_chain
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import INTERRUPTED, run_workers
-from tokview.batch.vocabulary_guard import AnswerVocabularyCheck
+from tokview.batch.vocabulary_guard import AnswerVocabularyCheck, tokenizer_name
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.secrets import scrub_text
 
@@ -77,7 +77,11 @@ async def capture_all(
     limit = config.max_consecutive_failures
     max_pending = 4 * max(config.concurrency * len(config.servers), 16)
     state = _Failures()
-    vocabulary = None if config.any_vocabulary else AnswerVocabularyCheck(tokenizer_name(config))
+    vocabulary = (
+        None
+        if config.any_vocabulary
+        else AnswerVocabularyCheck(tokenizer_name(config.tokenizer_dir, config.tokenizer or pool.tokenizer))
+    )
 
     def fail(item: WorkItem | None, reason: str, url: str | None) -> None:
         if item is not None:  # None: a chain's failure, already handed to the writer with its chain
@@ -189,12 +193,3 @@ async def capture_all(
     if state.stop is None and vocabulary is not None:  # a run done before `TOLD` answers were told
         state.stop = vocabulary.verdict()
     return state.stop
-
-
-def tokenizer_name(config: BatchConfig) -> str:
-    """The run's tokenizer as its user named it (or did not)."""
-    if config.tokenizer is not None and getattr(config.tokenizer, "source", None) is not None:
-        return f"the tokenizer of {config.tokenizer.source}"
-    if config.tokenizer_dir is not None:
-        return f"--tokenizer {config.tokenizer_dir}"
-    return "tokview's default Kimi-layout tokenizer"

@@ -5,12 +5,15 @@ is stored flagged: tokview's Kimi-layout default tokenizer on a Qwen3 server sto
 `think_open_missing`, exit 0, and a run of 100,000 prompts would spend its hours on samples no export takes. Its
 first answers tell: another vocabulary's ids, decoded locally, hold next to none of the words the server's own text
 (text, reasoning, content, tool calls) holds. The test is `tokview score`'s (`vocabulary_probe.reads_as`), made on
-each answer as it comes in, until `TOLD` of them had words enough to tell; no request is added.
+each answer as it comes in, until `TOLD` of them had words enough to tell; no request is added. `tokview proxy`
+makes the same check and says it (it never stops forwarding): its ids are exact whatever the tokenizer, but every
+finding and text export reads them with it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import OTHER_VOCABULARY
 from tokview.batch.vocabulary_probe import PROBE_IDS, TOLD, answer_text, reads_as
@@ -21,11 +24,17 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 
+BATCH_ADVICE = (
+    "name the served model's tokenizer folder (--tokenizer DIR; `tokview doctor` checks one), or pass --any-vocabulary "
+    "to go on"
+)
+
+
 class AnswerVocabularyCheck:
     """Counts of the first answers told (agreeing, disagreeing); `see` each answer, `verdict` once the run ends."""
 
-    def __init__(self, tokenizer_name: str) -> None:
-        self.tokenizer_name = tokenizer_name
+    def __init__(self, tokenizer_name: str, advice: str = BATCH_ADVICE) -> None:
+        self.tokenizer_name, self.advice = tokenizer_name, advice
         self.agreed = 0
         self.disagreed: list[tuple[str, str]] = []
         """(the server's text, the local decode) of each answer that read as other text."""
@@ -63,11 +72,27 @@ class AnswerVocabularyCheck:
         return (
             f"{OTHER_VOCABULARY} with {self.tokenizer_name} (another vocabulary?): {len(self.disagreed)} of {told} "
             f"answer{'s' if told != 1 else ''} told differ{'s' if told == 1 else ''}; the server said "
-            f"'{_quoted(text)}', its ids decode as '{_quoted(decoded)}': name the served model's tokenizer folder "
-            "(--tokenizer DIR; `tokview doctor` checks one), or pass --any-vocabulary to go on"
+            f"'{_quoted(text)}', its ids decode as '{_quoted(decoded)}': {self.advice}"
         )
 
 
 def _quoted(text: str) -> str:
     """A text's first words on one line, its control characters escaped (a server's text is untrusted)."""
     return printable_line(" ".join(text.split())[:60])
+
+
+def tokenizer_name(named: Path | None, loaded: Any = None) -> str:
+    """A run's tokenizer as its user named it (`--tokenizer DIR`), else as it was loaded (the app's, the proxy's): the
+    built-in Kimi layout is said to be the default a run without `--tokenizer` takes."""
+    if named is not None:
+        return f"--tokenizer {named}"
+    source = getattr(loaded, "source", None)
+    if source is None:
+        return "the run's tokenizer"
+    from tokview.core.json_cache import NoCacheFolder, cache_folder
+
+    try:
+        built = Path(source).parent == cache_folder().absolute() and "layout" in Path(source).name
+    except NoCacheFolder:
+        built = False
+    return "tokview's default Kimi-layout tokenizer" if built else f"the tokenizer of {source}"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tokview.batch.vocabulary_guard import AnswerVocabularyCheck, tokenizer_name
 from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import HISTORY_RERENDERS, WARN, id_text, rerender_causes
@@ -362,6 +363,12 @@ def _piece(tokenizer: TokenizerAdapter | None, ids: list[int], at: int) -> str:
     return id_text(tokenizer, ids[at]) if at < len(ids) else "the prompt ends"
 
 
+PROXY_VOCABULARY_ADVICE = (
+    "the ids are recorded exactly, but every finding on them and any text export reads them as other text: restart "
+    "the proxy with the served model's tokenizer folder (--tokenizer DIR; `tokview doctor` checks one)"
+)
+
+
 class Recorder:
     """Sessions, sample ids, the writer and the Lander of one proxy run, on threads of their own."""
 
@@ -403,6 +410,12 @@ class Recorder:
         self._said_held = False
         self.recorded = self.failed = self.not_recorded = 0
         self._models_said: set[tuple[str | None, str | None]] = set()
+        self._vocabulary = (
+            AnswerVocabularyCheck(tokenizer_name(None, tokenizer), advice=PROXY_VOCABULARY_ADVICE)
+            if tokenizer is not None
+            else None
+        )
+        """Whether the first answers read, with this tokenizer, as what the upstream said (said once if not)."""
         self._jobs: queue.SimpleQueue[tuple[Finished | Failed, str | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if threaded:
@@ -576,6 +589,8 @@ class Recorder:
         named, probed = served_model(answer), item.stamp.get("model")
         if named and probed and named != probed:
             self._model_differs(item.server, str(probed), named)
+        if self._vocabulary is not None and (wrong := self._vocabulary.see(capture, self.tokenizer)):
+            self.say(f"tokview proxy: {wrong}")
         same_prompt = [turn for ids, turn in placed if ids == capture.prompt_ids]
         done = self.sample(
             capture,
