@@ -15,8 +15,8 @@ import pytest
 from builders import kimi, make_capture
 
 from tokview.batch import BatchConfig, run_batch
+from tokview.batch.answer_words import reads_as
 from tokview.batch.vocabulary_guard import AnswerVocabularyCheck
-from tokview.batch.vocabulary_probe import reads_as
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 

@@ -83,7 +83,7 @@ async def test_the_cli_refuses_another_vocabulary_in_one_line_and_exits_1(tmp_pa
 
 
 def test_an_answer_reads_as_its_ids_with_special_tokens_kept_or_skipped_on_either_side():
-    from tokview.batch.vocabulary_probe import reads_as
+    from tokview.batch.answer_words import reads_as
 
     answer = "Okay, the user asks for six times seven.</think>Six groups of seven make forty-two.<|im_end|>"
     skipped = "Okay, the user asks for six times seven.Six groups of seven make forty-two."
@@ -132,7 +132,7 @@ async def test_a_blank_answer_does_not_let_another_vocabulary_through(tmp_path, 
 
 def test_a_tool_calls_name_and_arguments_are_part_of_what_the_ids_are_read_as():
     """A long call's ids (a file written through a tool) read as its arguments, which no text field holds."""
-    from tokview.batch.vocabulary_probe import answer_text, reads_as
+    from tokview.batch.answer_words import answer_text, reads_as
     from tokview.core.record import Capture
 
     code = "def handler(request):\n    return respond(compute_total(request.items))\n" * 20
@@ -177,7 +177,7 @@ def test_the_samples_told_decide_by_majority_not_the_first_that_agrees(tmp_path)
 def test_tool_call_arguments_are_read_as_written_with_escapes_or_not():
     """A parser returns the arguments re-dumped (`北京`) where the ids spell `\\u5317\\u4eac`: the model's own vocabulary was
     refused for such calls."""
-    from tokview.batch.vocabulary_probe import answer_text, reads_as
+    from tokview.batch.answer_words import answer_text, reads_as
     from tokview.core.record import Capture
 
     arguments = json.dumps({"query": "北京明天天气"}, ensure_ascii=False)

@@ -4,7 +4,7 @@ A server of another model takes the messages (chat mode: its own template render
 is stored flagged: tokview's Kimi-layout default tokenizer on a Qwen3 server stored each answer with
 `think_open_missing`, exit 0, and a run of 100,000 prompts would spend its hours on samples no export takes. Its
 first answers tell: another vocabulary's ids, decoded locally, hold next to none of the words the server's own text
-(text, reasoning, content, tool calls) holds. The test is `tokview score`'s (`vocabulary_probe.reads_as`), made on
+(text, reasoning, content, tool calls) holds. The test is `tokview score`'s (`answer_words.reads_as`), made on
 each answer as it comes in, until `TOLD` of them had words enough to tell; no request is added. `tokview proxy`
 makes the same check and says it (it never stops forwarding): its ids are exact whatever the tokenizer, but every
 finding and text export reads them with it.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.batch.answer_words import PROBE_IDS, TOLD, answer_text, reads_as
 from tokview.batch.config import OTHER_VOCABULARY
-from tokview.batch.vocabulary_probe import PROBE_IDS, TOLD, answer_text, reads_as
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:

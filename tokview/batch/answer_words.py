@@ -1,0 +1,63 @@
+"""Does a text read as another side's text of the same ids? Words, not characters: a server's text skips special
+tokens that a decode may keep (or the other way round), and a decode may clean up spaces; another vocabulary's text
+of the same ids holds next to none of the words. `tokview score` asks it of a target's `/detokenize`
+(`vocabulary_probe`), `tokview batch` and the proxy of their own tokenizer's decode (`vocabulary_guard`).
+
+Its own module, free of the store: a batch process never imports DuckDB.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokview.core.record import Capture
+
+PROBE_IDS = 1024
+"""Output ids of a sample read back: a 14,000-id reasoning trace is probed by its start, not left out."""
+TOLD = 3
+"""Samples told (enough words to judge) that decide, by majority; up to `probe_candidates`' count are looked at."""
+MIN_WORDS = 3
+"""Distinct words of three letters or more a probe needs to tell anything: a blank or one-word answer is in any text."""
+SHARE = 0.7
+"""Of the probe's words, the share the other side must hold."""
+_MARKUP = re.compile(r"<[^<>\s]{1,48}>")
+"""A special token's text (`<|im_end|>`, `</think>`, `<tool_call>`): on one side only when a side skipped it."""
+_WORD = re.compile(r"\w{3,}")
+
+
+def answer_text(capture: Capture) -> str:
+    """Everything its server said of a sample's output ids: the raw text, the reasoning and content, and each tool
+    call's name and arguments (a tool parser takes them out of the text: a long call's ids read as none of it)."""
+    calls = [f"{c.get('name') or ''} {_as_written(c.get('arguments'))}" for c in capture.tool_calls or ()]
+    return " ".join(t for t in (capture.text, capture.reasoning, capture.content, *calls) if t)
+
+
+def _as_written(arguments: object) -> str:
+    """A call's arguments as the server gave them and with every non-ASCII character escaped: a parser returns the
+    arguments re-dumped, so `"\\u5317"` on the ids comes back as `北`; either is what the ids may spell."""
+    if not isinstance(arguments, str):
+        return ""
+    try:
+        escaped = json.dumps(json.loads(arguments), ensure_ascii=True)
+    except (ValueError, RecursionError):
+        return arguments
+    return arguments if escaped == arguments else f"{arguments} {escaped}"
+
+
+def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
+    """Whether the target's `decoded` text of a sample's output ids is that sample's `text`: when the probe read all
+    the ids, the answer's words must be found in the decoded text; when it read their start, the decoded words in the
+    answer. A word is found anywhere in the other side with its whitespace taken out, and with its markup taken out or
+    kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
+    first word), the other keeps them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
+    wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
+    other = decoded if whole else text
+    # and with its markup kept: a tag may spell the words a parser returned (Qwen3-Coder's `<function=get_weather>`
+    # is the `get_weather` of its tool call)
+    within = "".join(_MARKUP.sub("", other).split()) + "\n" + "".join(other.split())
+    if len(wanted) < MIN_WORDS:
+        return None
+    return sum(word in within for word in wanted) >= SHARE * len(wanted)
