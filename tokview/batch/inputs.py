@@ -287,22 +287,52 @@ def check_prompts_path(path: str | Path) -> Path:
     if not os.access(path, os.R_OK):  # read lazily, deep in the run: say it here, in one line
         raise InputError(f"cannot read the prompts file {path}: permission denied")
     if not is_parquet(path):
+        refuse_other_shapes(path)
         try:
             with path.open("r", encoding="utf-8-sig") as fh:
-                lines = (line.strip() for line in fh if line.strip())
-                first, second = next(lines, None), next(lines, None)
-            if first is None:
-                raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
-            # a ShareGPT or Alpaca .json dump (an indented array, or one array on one line): 522 "bad rows" and
-            # exit 4, as if a run had ended; a JSONL file whose first row alone is an array keeps it as a bad row
-            if first == "[" or (first.startswith("[") and (second is None or first.endswith(","))):
-                raise InputError(
-                    f"{path} is a JSON array, not JSONL (one JSON object per line): convert it, e.g. "
-                    f"`jq -c '.[]' {shlex.quote(str(path))} > rows.jsonl`"
-                )
+                if not any(line.strip() for line in fh):
+                    raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
         except UnicodeDecodeError:
             pass  # said with the line's context when the file is read
     return path
+
+
+_PACKED = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"), (b"\xfd7zXZ", "xz"))
+"""Magic bytes of the compressions a dataset is shipped in."""
+
+
+def refuse_other_shapes(path: Path) -> None:
+    """InputError for a JSONL-named file that is something else, read by its first bytes: each line of it was a bad
+    row (exit 4, read by scripts as a finished run; `audit` listed 20 "not valid JSON" lines). A compressed file, a
+    Parquet file without its suffix, a JSON array (a ShareGPT or Alpaca `.json` dump: an indented array, or one
+    array on one line; a JSONL file whose first row alone is an array keeps it as a bad row). A pipe is not read
+    ahead (its bytes would be gone)."""
+    if not path.is_file():
+        return
+    quoted = shlex.quote(str(path))
+    with path.open("rb") as fh:
+        head = fh.read(6)
+    for magic, kind in _PACKED:
+        if head.startswith(magic):
+            raise InputError(
+                f"{path} is {kind}-compressed, not JSONL text: decompress it first (e.g. `{_UNPACK[kind]} {quoted}`)"
+            )
+    if head.startswith(b"PAR1"):
+        raise InputError(f"{path} is a Parquet file: give it a .parquet suffix (a file is read by its suffix)")
+    try:
+        with path.open("r", encoding="utf-8-sig") as fh:
+            lines = (line.strip() for line in fh if line.strip())
+            first, second = next(lines, None), next(lines, None)
+    except UnicodeDecodeError:
+        return  # said with the line's context when the file is read
+    if first is not None and (first == "[" or (first.startswith("[") and (second is None or first.endswith(",")))):
+        raise InputError(
+            f"{path} is a JSON array, not JSONL (one JSON object per line): convert it, e.g. "
+            f"`jq -c '.[]' {quoted} > rows.jsonl`"
+        )
+
+
+_UNPACK = {"gzip": "gunzip -k", "zstd": "zstd -d", "bzip2": "bunzip2 -k", "xz": "unxz -k"}
 
 
 def _file_kind(path: Path) -> str:

@@ -159,12 +159,33 @@ def parse_row(row: object, line: int | None = None) -> PromptRow:
         raise PromptError(f"{where}: {_no_turns(row)}")
     tools = traces.row_tools(row.get("tools"), where)
     numbered = [(k, m) for k, t in enumerate(turns, start=1) for m in _messages(t, where, k)]
+    numbered[:0] = _row_system(row, [m for _, m in numbered], where)  # beside `prompt`, its first turn already
     messages = [m for _, m in numbered]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
     if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
         traces.check_trace(messages, tools, where, numbers=[k for k, _ in numbered])  # as the file numbers them
     return PromptRow(prompt_id_for(row), messages, line, tools)
+
+
+def _row_system(row: dict[str, Any], messages: list[dict[str, Any]], where: str) -> list[tuple[int, dict[str, Any]]]:
+    """A `system` beside a conversation (LLaMA-Factory's ShareGPT rows, Hermes-style datasets) as its first turn
+    (numbered 0: not one of the file's turns). It was read only beside `prompt`: such rows were generated and audited
+    without their system prompt. One beside a conversation that opens with another system turn is refused: either
+    would be lost."""
+    system = row.get("system")
+    if system is None or system == "":
+        return []
+    if not isinstance(system, str):
+        raise PromptError(f"{where}: `system` must be a string, not {kind_of(system)}")
+    first = messages[0] if messages else None
+    if first is not None and first["role"] == "system":
+        if first.get("content") == system:
+            return []
+        raise PromptError(
+            f"{where}: `system` and the conversation's own system turn differ, so one would be lost: keep one"
+        )
+    return [(0, {"role": "system", "content": system})]
 
 
 def _no_turns(row: dict[str, Any]) -> str:

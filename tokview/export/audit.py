@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokview.batch.inputs import check_row, iter_rows
+from tokview.batch.inputs import check_row, is_parquet, iter_rows, refuse_other_shapes
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.profiles import HARMONY, ModelProfile
-from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
+from tokview.core.prompts import REASONING_KEYS, ROLE_FROM_SHAREGPT, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError
 from tokview.core.tool_calls import server_tool_calls
@@ -274,6 +274,20 @@ def _imported(
     )
 
 
+def _last_raw_answer(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's last assistant turn as the file wrote it (which reasoning key it used). Found by its role, not by
+    the parsed message's index: a Hermes tool turn of two `<tool_response>` blocks parses as two messages, a row's
+    `system` as one more, and the index read past the end (the whole audit died) or another turn."""
+    raw_turns = row.get("messages") if isinstance(row.get("messages"), list) else row.get("conversations")
+    for turn in reversed(raw_turns if isinstance(raw_turns, list) else []):
+        if not isinstance(turn, dict):
+            continue
+        role = ROLE_FROM_SHAREGPT.get(str(turn.get("from", "")).lower()) if "from" in turn else turn.get("role")
+        if role == "assistant":
+            return turn
+    return {}
+
+
 def from_conversation(
     row: dict[str, Any], tokenizer: TokenizerAdapter, profile: ModelProfile, thinking: bool
 ) -> tuple[str, int | None, Capture]:
@@ -282,8 +296,7 @@ def from_conversation(
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
     if last is None:
         raise PromptError("no assistant turn to audit")
-    raw_turns = row.get("messages") if isinstance(row.get("messages"), list) else row.get("conversations")
-    raw_last = raw_turns[last] if isinstance(raw_turns, list) and isinstance(raw_turns[last], dict) else {}
+    raw_last = _last_raw_answer(row)
     field_name = next((k for k in REASONING_KEYS if k in raw_last), None)
     reasoning = messages[last].get("reasoning_content") or ""
     content = messages[last].get("content") or ""
@@ -443,6 +456,8 @@ def audit(
         raise UserError(f"dataset not found: {path}")
     if name is None and not path.is_file():  # `<(zcat …)` is /dev/fd/63 every time: no name to tell audits apart
         raise UserError(f"{path} is a pipe or a device: name its audit with --name (the run is named after a file)")
+    if not is_parquet(path):
+        refuse_other_shapes(path)
     name = name or path.stem
     if has_lone_surrogate(name):  # a file named in another encoding: its run id could not be stored
         raise UserError(f"{printable_line(str(path))}: its file name is not UTF-8: name its audit with --name")

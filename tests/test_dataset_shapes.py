@@ -1,0 +1,128 @@
+"""Datasets as other pipelines ship them, read by `audit` and `batch` (a user pass over peers' datasets).
+
+- A Hermes tool turn of two `<tool_response>` blocks parses as two messages: the audit read the last answer's raw turn
+  by the parsed index, past the end (`internal error: IndexError`, every row lost) or onto another turn.
+- A `system` beside `conversations`/`messages` (LLaMA-Factory's ShareGPT rows) was read only beside `prompt`: rows were
+  audited and generated without their system prompt, and nothing said so.
+- A compressed file, a Parquet file named `.jsonl` and a JSON array were each read line by line as bad rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.cli import main
+from tokview.core.prompts import PromptError, parse_row
+from tokview.store import Store
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "w",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+CALLS = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+)
+RESULTS = '<tool_response>\n{"t": 20}\n</tool_response>\n<tool_response>\n{"t": 25}\n</tool_response>'
+
+
+def _hermes(answer: dict[str, str], *after: dict[str, str]) -> dict[str, object]:
+    turns = [{"from": "human", "value": "Weather in Paris and Rome?"}, {"from": "gpt", "value": CALLS}]
+    return {
+        "id": "h",
+        "tools": json.dumps(TOOLS),
+        "conversations": [*turns, {"from": "tool", "value": RESULTS}, answer, *after],
+    }
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _codes(db: Path) -> dict[str, set[str]]:
+    with Store(db) as store:
+        rows = store.query("SELECT sample_id, code FROM findings")
+    out: dict[str, set[str]] = {}
+    for sample_id, code in rows:
+        out.setdefault(sample_id.split("@")[0], set()).add(code)
+    return out
+
+
+def test_a_hermes_tool_turn_of_two_results_is_audited_with_its_answers_own_reasoning(tmp_path, qwen_tok_dir):
+    last = _hermes({"from": "gpt", "value": "Paris 20, Rome 25.", "reasoning_content": "Both fetched."})
+    # a user turn after the answer: the index then fell on another turn, which had no reasoning key
+    middle = _hermes(
+        {"from": "gpt", "value": "Paris 20, Rome 25.", "reasoning_content": "Both fetched."},
+        {"from": "human", "value": "Thanks, and tomorrow?"},
+        {"from": "gpt", "value": "Ask me tomorrow.", "reasoning_content": "No forecast tool for that."},
+    )
+    middle["id"] = "m"
+    data, db = _write(tmp_path / "hermes.jsonl", [last, middle]), tmp_path / "a.duckdb"
+    assert main(["audit", str(data), "--tokenizer", str(qwen_tok_dir), "--db", str(db)]) == 0
+    codes = _codes(db)
+    assert set(codes) == {"h", "m"}
+    assert not {"reasoning_field_missing", "empty_reasoning"} & (codes["h"] | codes["m"]), codes
+
+
+def test_a_system_beside_the_conversation_is_its_first_turn():
+    turns = [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]
+    row = parse_row({"system": "Be terse.", "conversations": turns})
+    assert row.messages[0] == {"role": "system", "content": "Be terse."}
+    same = parse_row(
+        {"system": "Be terse.", "messages": [{"role": "system", "content": "Be terse."}, *row.messages[1:]]}
+    )
+    assert [m["role"] for m in same.messages] == ["system", "user", "assistant"]  # not twice
+    assert parse_row({"system": "", "conversations": turns}).messages[0]["role"] == "user"
+    with pytest.raises(PromptError, match="`system` and the conversation's own system turn differ"):
+        parse_row({"system": "Be terse.", "messages": [{"role": "system", "content": "Be kind."}, *row.messages[1:]]})
+    with pytest.raises(PromptError, match="`system` must be a string"):
+        parse_row({"system": ["Be terse."], "conversations": turns})
+
+
+def test_audit_and_batch_render_the_system_beside_the_conversation(tmp_path, vllm_sim):
+    """The same conversation with its system turn written in it and as a `system` key: the same prompt ids."""
+    turns = [{"from": "human", "value": "What is two and two?"}, {"from": "gpt", "value": "Four."}]
+    inside = {"id": "in", "conversations": [{"from": "system", "value": "Be terse."}, *turns]}
+    beside = {"id": "by", "system": "Be terse.", "conversations": turns}
+    none = {"id": "no", "conversations": turns}
+    data, db = _write(tmp_path / "sys.jsonl", [inside, beside, none]), tmp_path / "a.duckdb"
+    assert main(["audit", str(data), "--db", str(db)]) == 0
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [{**inside, "conversations": inside["conversations"][:2]}, {**beside, "conversations": turns[:1]}])
+    assert main(["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db), "--max-new-tokens", "8"]) == 0
+    with Store(db) as store:
+        rows = store.query("SELECT sample_id, run_id, prompt_ids FROM samples")
+    ids = {(sample_id.split("@")[0], run_id.split("-")[0]): list(prompt) for sample_id, run_id, prompt in rows}
+    assert ids["in", "audit"] == ids["by", "audit"] != ids["no", "audit"]
+    assert ids["in", "batch"] == ids["by", "batch"]
+
+
+@pytest.mark.parametrize("command", ["audit", "batch"])
+def test_a_compressed_parquet_or_array_file_named_as_jsonl_is_one_line(tmp_path, command, capsys):
+    row = {"id": "a", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    gz = tmp_path / "rows.jsonl.gz"
+    gz.write_bytes(gzip.compress((json.dumps(row) + "\n").encode()))
+    parquet = tmp_path / "rows.jsonl"
+    parquet.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps([row, row], indent=2))
+    said = {
+        gz: "is gzip-compressed, not JSONL text: decompress it first (e.g. `gunzip -k ",
+        parquet: "is a Parquet file: give it a .parquet suffix",
+        array: "is a JSON array, not JSONL (one JSON object per line): convert it, e.g. `jq -c '.[]'",
+    }
+    for path, words in said.items():
+        extra = ["--server", "http://127.0.0.1:9"] if command == "batch" else []
+        assert main([command, str(path), "--db", str(tmp_path / "s.duckdb"), *extra]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
