@@ -126,3 +126,53 @@ def test_a_compressed_parquet_or_array_file_named_as_jsonl_is_one_line(tmp_path,
         assert main([command, str(path), "--db", str(tmp_path / "s.duckdb"), *extra]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
+
+
+@pytest.mark.parametrize("tokenizer", ["kimi", "qwen3"])
+def test_content_that_closes_reasoning_it_never_opened_is_reasoning_and_answer(tmp_path, qwen_tok_dir, tokenizer):
+    """Pitfall P1's row (`reasoning</think>answer`: no reasoning parser, a pre-filled opener) was read as text:
+    `think_close_repeated` (Qwen3) or `literal_think_text` (Kimi), though a trainer reads reasoning and answer."""
+    ask = {"role": "user", "content": "What is 6 times 7?"}
+    rows = [
+        {"id": "p1", "messages": [ask, {"role": "assistant", "content": "6*7 is 42.</think>The answer is 42."}]},
+        {"id": "field", "messages": [ask, {"role": "assistant", "content": "The answer is 42.", "reasoning_content": "6*7 is 42."}]},
+        {"id": "typed", "messages": [ask, {"role": "assistant", "content": "Close it with </think> and then </think>."}]},
+    ]  # fmt: skip
+    data, db = _write(tmp_path / "p1.jsonl", rows), tmp_path / "a.duckdb"
+    flags = ["--tokenizer", str(qwen_tok_dir)] if tokenizer == "qwen3" else []
+    assert main(["audit", str(data), "--db", str(db), *flags]) == 0
+    with Store(db) as store:
+        out = {s.split("@")[0]: list(ids) for s, ids in store.query("SELECT sample_id, output_ids FROM samples")}
+    assert out["p1"] == out["field"]
+    errors = {c for c in _codes(db)["p1"]} & {"think_close_repeated", "literal_think_text", "empty_reasoning"}
+    assert not errors
+    assert out["typed"] != out["field"]  # two closers: text as typed, not split
+
+
+def test_an_audit_names_what_it_read_with_and_doubts_a_tokenizer_no_row_agrees_with(tmp_path, qwen_tok_dir, capsys):
+    """Qwen3 speculators rows audited without `--tokenizer` (the Kimi layout holds every Qwen3 id) said "0 invalid",
+    exit 0, and never named the tokenizer."""
+    from tokview.core.tokenizer import load_tokenizer
+
+    qwen = load_tokenizer(qwen_tok_dir)
+    rows = []
+    for k in range(3):
+        prompt = qwen.render([{"role": "user", "content": f"What is {k} plus {k}?"}])
+        answer = qwen.encode(f"<think>\nAdd them.\n</think>\n\nIt is {2 * k}.<|im_end|>")
+        ids = [*prompt, *answer]
+        rows.append(
+            {
+                "id": f"r{k}",
+                "input_ids": ids,
+                "loss_mask": [0] * len(prompt) + [1] * len(answer),
+                "text": qwen.decode(ids),
+            }
+        )
+    data = _write(tmp_path / "spec.jsonl", rows)
+    assert main(["audit", str(data), "--db", str(tmp_path / "a.duckdb")]) == 0
+    out = capsys.readouterr().out
+    assert "  read with tokview's default Kimi-layout tokenizer, profile kimi-k2.5" in out
+    assert "note: every row holds a `text` that is not its ids decoded: is --tokenizer the dataset's model's?" in out
+    assert main(["audit", str(data), "--db", str(tmp_path / "b.duckdb"), "--tokenizer", str(qwen_tok_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"  read with the tokenizer of {qwen_tok_dir}, profile qwen3" in out and "note: every row" not in out

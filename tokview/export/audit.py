@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.batch.inputs import check_row, is_parquet, iter_rows, refuse_other_shapes
+from tokview.batch.vocabulary_guard import tokenizer_name
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.profiles import HARMONY, ModelProfile
@@ -54,6 +55,9 @@ class AuditReport:
     the thinking-off render has no place for it, so it is in none of the audited ids."""
     text_differs: list[int] = field(default_factory=list)
     """Lines of speculators rows whose `text` is not their `input_ids` decoded (`text_of_ids_differs`)."""
+    read_with: str = ""
+    """The tokenizer and profile the rows were read with: an audit without `--tokenizer` reads them with the Kimi
+    layout, which holds every id of a Qwen3 dataset (said clean, but for warnings, before this was said)."""
     stale: int = 0
     """Samples an earlier audit of the dataset stored that this one did not (rows the file no longer has, or rows
     this tokview names otherwise: a turn tokview's own exports name): they stay beside the new ones."""
@@ -63,6 +67,8 @@ class AuditReport:
             f"audit {printable_line(self.run_id)}: {self.rows} rows, {self.imported} imported as samples, "
             f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"
         ]
+        if self.read_with:
+            lines.append(f"  read with {printable_line(self.read_with)}")
         if self.masked_tails:
             lines.append(
                 f"  {self.masked_tails} rows mask ids after their last supervised id: left out (no answer holds them)"
@@ -94,6 +100,14 @@ class AuditReport:
                 "  note: ids the tokenizer does not have: is --tokenizer the dataset's model's? (the export's manifest "
                 "names the tokenizer it used)"
             )
+        elif self.imported and (
+            len(self.text_differs) == self.imported or self.by_code["no_stop_token"] == self.imported
+        ):
+            said = "holds a `text` that is not its ids decoded" if self.text_differs else "ends without a stop id"
+            lines.append(
+                f"  note: every row {said}: is --tokenizer the dataset's model's? (the export's manifest names the "
+                "tokenizer it used)"
+            )
         return "\n".join(lines)
 
 
@@ -104,12 +118,21 @@ def encode_literal(tokenizer: TokenizerAdapter, text: str) -> list[int]:
 
 def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
     """(reasoning, answer) of content that opens with the think opener and closes it: reasoning inline,
-    as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it. A row that also has a
-    reasoning field keeps any "<think>" in its content literal (someone typed it)."""
+    as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it; or of content that closes reasoning
+    it never opened, once (pitfall P1: a server without a reasoning parser, its template pre-filling the opener,
+    answers `reasoning</think>answer`; DeepSeek-R1 distills are written so), which Qwen3's template itself splits
+    so when it renders it. Read as text, its closer was an error (`think_close_repeated`, `literal_think_text`) on
+    a row a trainer reads as reasoning and answer. A row that also has a reasoning field keeps any "<think>" in its
+    content literal (someone typed it)."""
     opener, closer = profile.think_open, profile.think_close
-    if not profile.has_reasoning or not content.startswith(opener) or closer not in content:
+    if not profile.has_reasoning or closer not in content:
         return None
-    reasoning, _, answer = content[len(opener) :].partition(closer)
+    if content.startswith(opener):
+        reasoning, _, answer = content[len(opener) :].partition(closer)
+        return reasoning, answer
+    if opener in content or content.count(closer) != 1:
+        return None
+    reasoning, _, answer = content.partition(closer)
     return reasoning, answer
 
 
@@ -461,7 +484,7 @@ def audit(
     name = name or path.stem
     if has_lone_surrogate(name):  # a file named in another encoding: its run id could not be stored
         raise UserError(f"{printable_line(str(path))}: its file name is not UTF-8: name its audit with --name")
-    report = AuditReport(run_id=f"audit-{name}")
+    report = AuditReport(run_id=f"audit-{name}", read_with=f"{tokenizer_name(None, tokenizer)}, profile {profile.name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
     earlier = store.run(report.run_id)
     reviewed = _earlier_audit(store, earlier, path, tokenizer) if earlier is not None else {}
