@@ -176,3 +176,30 @@ def test_an_audit_names_what_it_read_with_and_doubts_a_tokenizer_no_row_agrees_w
     assert main(["audit", str(data), "--db", str(tmp_path / "b.duckdb"), "--tokenizer", str(qwen_tok_dir)]) == 0
     out = capsys.readouterr().out
     assert f"  read with the tokenizer of {qwen_tok_dir}, profile qwen3" in out and "note: every row" not in out
+
+
+@pytest.mark.parametrize("max_new_tokens", ["36", "90"])
+def test_an_audit_of_a_text_export_finds_the_samples_cut_at_their_max_tokens(tmp_path, vllm_sim, max_new_tokens):
+    """Text rows held no sign of the cut: an audit of a `--select all` export found 12 of 21 truncated samples, each
+    as `empty_answer` (a closer and a stop made up), and none cut inside its answer. 36 ids end inside the reasoning
+    of the simulator's answers, 90 inside some answers."""
+    prompts = _write(
+        tmp_path / "p.jsonl",
+        [{"id": f"p{k}", "messages": [{"role": "user", "content": f"Question {k} about rivers"}]} for k in range(12)],
+    )
+    db = tmp_path / "s.duckdb"
+    main(["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db), "--max-new-tokens", max_new_tokens])
+    with Store(db) as store:
+        cut = {s.split("@")[0] for (s,) in store.query("SELECT sample_id FROM findings WHERE code = 'truncated'")}
+    assert cut
+    for fmt in ("specforge", "sharegpt", "speculators"):
+        out, audited = tmp_path / f"{fmt}.jsonl", tmp_path / f"{fmt}.duckdb"
+        assert main(["export", "--db", str(db), "--format", fmt, "--select", "all", "--out", str(out)]) == 0
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        if fmt != "speculators":
+            assert {r["id"].split("_gen")[0] for r in rows if r.get("truncated") is True} == cut
+        assert main(["audit", str(out), "--db", str(audited)]) == 0
+        found = {k for k, codes in _codes(audited).items() if "truncated" in codes}
+        assert {k.split("_gen")[0] for k in found} == cut, fmt
+        reasoning_cut = {k for k, codes in _codes(audited).items() if "think_close_missing" in codes}
+        assert not {k for k, codes in _codes(audited).items() if "empty_answer" in codes} & reasoning_cut

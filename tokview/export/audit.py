@@ -350,7 +350,9 @@ def from_conversation(
         if think and opener is not None and closer is not None:
             if not seg.prompt_opens_reasoning(prompt, profile):
                 output.append(opener)
-            output += encode_literal(tokenizer, reasoning) + [closer]
+            output += encode_literal(tokenizer, reasoning)
+            if not (truncated and not content):  # cut inside its reasoning: no closer was written (as Harmony's)
+                output.append(closer)
         output += encode_literal(tokenizer, content)
         if not truncated:
             output.append(_stop_id(profile))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from tokview.core import segments as seg
+from tokview.core.finding_context import cut_by_length
 from tokview.core.harmony import calls_of, function_name, parse_harmony, text_bodies
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
@@ -407,9 +408,18 @@ def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerA
     return [*history, served]
 
 
+def _cut(item: ExportItem, profile: ModelProfile) -> dict[str, Any]:
+    """`truncated: true` on a text row whose sample was cut at its max tokens (exported with `--select all`): its
+    text holds no sign of the cut, and an audit of the export read such rows as whole turns (a closer and a stop
+    made up after reasoning that never ended). `tokview audit` reads the key; a row that was not cut has none."""
+    c = item.capture
+    return {"truncated": True} if cut_by_length(c.finish_reason, c.output_ids, profile.stop_ids) else {}
+
+
 def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     conversation = _conversation(item, profile, tokenizer)
-    return {**_row_id(item), "conversations": conversation, **tools_column(item.capture), "status": "success"}
+    row = {**_row_id(item), "conversations": conversation, **tools_column(item.capture), "status": "success"}
+    return {**row, **_cut(item, profile)}
 
 
 def to_sharegpt(message: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +430,8 @@ def to_sharegpt(message: dict[str, Any]) -> dict[str, Any]:
 
 def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     conversation = _conversation(item, profile, tokenizer)
-    return {**_row_id(item), "conversations": [to_sharegpt(m) for m in conversation], **tools_column(item.capture)}
+    row = {**_row_id(item), "conversations": [to_sharegpt(m) for m in conversation], **tools_column(item.capture)}
+    return {**row, **_cut(item, profile)}
 
 
 def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
@@ -440,4 +451,5 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     content = texts.content
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
-    return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": prefill + content}]}
+    row = {**_row_id(item), "conversations": history + [{"role": "assistant", "content": prefill + content}]}
+    return {**row, **_cut(item, profile)}
