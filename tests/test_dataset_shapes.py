@@ -203,3 +203,27 @@ def test_an_audit_of_a_text_export_finds_the_samples_cut_at_their_max_tokens(tmp
         assert {k.split("_gen")[0] for k in found} == cut, fmt
         reasoning_cut = {k for k, codes in _codes(audited).items() if "think_close_missing" in codes}
         assert not {k for k, codes in _codes(audited).items() if "empty_answer" in codes} & reasoning_cut
+
+
+def test_a_boolean_loss_mask_reads_as_zeros_and_ones(tmp_path):
+    """A Parquet `bool` mask (as HF datasets write one) was refused on every row: "loss_mask[0] = false"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    kimi = load_tokenizer(kimi_tokenizer_dir())
+    prompt = kimi.render([{"role": "user", "content": "What is two and two?"}])
+    answer = kimi.encode("Four.</think>It is four.<|im_end|>")
+    mask = [False] * len(prompt) + [True] * len(answer)
+    ints, bools = tmp_path / "ints.parquet", tmp_path / "bools.parquet"
+    pq.write_table(pa.table({"id": ["a"], "input_ids": [prompt + answer], "loss_mask": [[int(m) for m in mask]]}), ints)
+    pq.write_table(pa.table({"id": ["a"], "input_ids": [prompt + answer], "loss_mask": [mask]}), bools)
+    for path in (ints, bools):
+        assert main(["audit", str(path), "--db", str(tmp_path / f"{path.stem}.duckdb")]) == 0
+    with Store(tmp_path / "ints.duckdb") as a, Store(tmp_path / "bools.duckdb") as b:
+        assert a.query("SELECT prompt_ids, output_ids FROM samples") == b.query(
+            "SELECT prompt_ids, output_ids FROM samples"
+        )
+        assert len(b.query("SELECT * FROM samples")) == 1

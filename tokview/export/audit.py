@@ -141,13 +141,14 @@ MAX_TOKEN_ID = 2**31 - 1
 
 
 def _check_ids(ids: list[Any], mask: list[Any]) -> None:
-    """A row's ids must be token ids and its mask 0/1; the first bad value is named (the row is skipped)."""
+    """A row's ids must be token ids and its mask 0/1 (or booleans: a Parquet `bool` column, as HF datasets often
+    write a mask); the first bad value is named (the row is skipped)."""
     for pos, tid in enumerate(ids):
         if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid <= MAX_TOKEN_ID:
             raise PromptError(f"input_ids[{pos}] = {_as_json(tid)} is not a token id (an integer 0 … 2^31-1)")
     for pos, m in enumerate(mask):
-        if m not in (0, 1) or isinstance(m, bool):
-            raise PromptError(f"loss_mask[{pos}] = {_as_json(m)} is not 0 or 1")
+        if not isinstance(m, (int, float)) or m not in (0, 1):  # True and False are ints equal to 1 and 0
+            raise PromptError(f"loss_mask[{pos}] = {_as_json(m)} is not 0 or 1 (nor a boolean)")
 
 
 def _as_json(value: Any) -> str:
