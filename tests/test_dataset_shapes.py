@@ -227,3 +227,17 @@ def test_a_boolean_loss_mask_reads_as_zeros_and_ones(tmp_path):
             "SELECT prompt_ids, output_ids FROM samples"
         )
         assert len(b.query("SELECT * FROM samples")) == 1
+
+
+def test_an_audit_names_its_invalid_rows_by_line(tmp_path, capsys):
+    ask = {"role": "user", "content": "What is 6 times 7?"}
+    good = {"messages": [ask, {"role": "assistant", "content": "42.", "reasoning_content": "6*7 is 42."}]}
+    cut = {"messages": [ask, {"role": "assistant", "content": "", "reasoning_content": "6*7 is"}], "truncated": True}
+    data = _write(tmp_path / "rows.jsonl", [good, cut, good | {"id": "again"}])
+    assert main(["audit", str(data), "--db", str(tmp_path / "a.duckdb")]) == 0
+    out = capsys.readouterr().out
+    assert "  invalid: line 2 (think_close_missing, truncated) (`tokview show SAMPLE_ID` explains one;" in out
+    assert main(["audit", str(data), "--db", str(tmp_path / "b.duckdb"), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["invalid_rows"]
+    assert listed["line"] == 2 and listed["codes"] == ["think_close_missing", "truncated"]
+    assert main(["show", listed["sample_id"], "--db", str(tmp_path / "b.duckdb")]) == 0

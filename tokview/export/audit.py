@@ -25,6 +25,7 @@ from tokview.batch.inputs import check_row, is_parquet, iter_rows, refuse_other_
 from tokview.batch.vocabulary_guard import tokenizer_name
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
+from tokview.core.finding_rules import ERROR
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.prompts import REASONING_KEYS, ROLE_FROM_SHAREGPT, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
@@ -35,6 +36,9 @@ from tokview.export.rerender import with_tools
 from tokview.store import SampleFilter, Store
 from tokview.untrusted_text import has_lone_surrogate, printable_line, storable
 from tokview.wording import first_of
+
+INVALID_SHOWN = 5
+"""Invalid rows the report names by line (all of them are in `--json`)."""
 
 
 @dataclass
@@ -55,6 +59,9 @@ class AuditReport:
     the thinking-off render has no place for it, so it is in none of the audited ids."""
     text_differs: list[int] = field(default_factory=list)
     """Lines of speculators rows whose `text` is not their `input_ids` decoded (`text_of_ids_differs`)."""
+    invalid_rows: list[dict[str, Any]] = field(default_factory=list)
+    """Each invalid sample's line, sample id and error codes: the report names the first `INVALID_SHOWN` (counts
+    alone sent a user to find them; a row without an `id` is stored under a hash)."""
     read_with: str = ""
     """The tokenizer and profile the rows were read with: an audit without `--tokenizer` reads them with the Kimi
     layout, which holds every id of a Qwen3 dataset (said clean, but for warnings, before this was said)."""
@@ -84,6 +91,14 @@ class AuditReport:
                 f"  {len(self.text_differs)} rows hold a `text` that is not their input_ids decoded "
                 f"({_first_lines(self.text_differs)}): a trainer that re-tokenizes `text` (SpecForge's is_preformatted) "
                 "trains on other ids than audited"
+            )
+        if self.invalid_rows:
+            shown = [f"line {r['line']} ({', '.join(r['codes'])})" for r in self.invalid_rows[:INVALID_SHOWN]]
+            more = len(self.invalid_rows) - len(shown)
+            lines.append(
+                f"  invalid: {'; '.join(shown)}"
+                + (f"; … and {more} more" if more else "")
+                + " (`tokview show SAMPLE_ID` explains one; --json lists every one with its sample id)"
             )
         if self.review_reset:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
@@ -676,6 +691,9 @@ def _store_one(
         report.review_reset += 1
     report.imported += 1
     report.invalid += 0 if analysis.valid else 1
+    if not analysis.valid:
+        errors = sorted({f.code for f in analysis.findings if f.severity == ERROR})
+        report.invalid_rows.append({"line": n, "sample_id": sample_id, "codes": errors})
     for f in analysis.findings:
         report.by_code[f.code] += 1
         report.severity[f.code] = f.severity
