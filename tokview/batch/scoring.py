@@ -74,6 +74,9 @@ class ScoreConfig:
     """Score again the samples whose stored `scored_at` is older than this (an interrupted --rescore's start)."""
     any_vocabulary: bool = False
     """Score even when the target reads the samples' output ids as other text (`check_vocabulary`)."""
+    max_consecutive_failures: int = 20
+    """Stop (with the reason) after this many failed samples in a row; 0 never stops. As batch's: a target that
+    died mid-run failed every sample left, each after its retries (hours on a big store)."""
 
     def validate(self) -> None:
         checks = [
@@ -85,6 +88,7 @@ class ScoreConfig:
             (self.concurrency >= 1, "--concurrency must be at least 1"),
             (0 < self.timeout < math.inf, "--timeout must be a number of seconds more than 0"),
             (self.retries >= 0, "--retries must be 0 or more"),
+            (self.max_consecutive_failures >= 0, "--max-consecutive-failures must be 0 or more"),
             (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
             (not (self.rescore and self.rescore_before), "give --rescore or --rescore-before, not both"),
             (
@@ -112,6 +116,8 @@ class ScoreSummary:
     mean_nll: float | None = None
     """Over every token scored in this invocation."""
     interrupted: bool = False
+    stopped: str | None = None
+    """Why the run stopped early (`max_consecutive_failures` failures in a row)."""
     rescoring_since: str | None = None
     """A --rescore (or --rescore-before) run: the time that continues it (its start, or the time it was given)."""
     elapsed_s: float = 0.0
@@ -128,6 +134,8 @@ class ScoreSummary:
     def exit_code(self) -> int:
         if self.interrupted:
             return ExitCode.INTERRUPTED
+        if self.stopped:
+            return ExitCode.USAGE
         return ExitCode.FAILURES if self.failed else ExitCode.OK
 
     def render(self) -> str:
@@ -155,6 +163,15 @@ class ScoreSummary:
             example = printable_line(clipped(examples[cls], 200))
             lines.append(
                 f"  failed x{n}: {printable_line(cls)}" + (f" (e.g. {example})" if examples[cls] != cls else "")
+            )
+        if self.stopped is not None:
+            again = (
+                f"re-run with --rescore-before {self.rescoring_since} in place of --rescore"
+                if self.rescoring_since is not None
+                else "re-run the same command"
+            )
+            lines.append(
+                f"  stopped: {printable_line(self.stopped)}; scores written so far are kept, {again} to continue"
             )
         if self.interrupted and self.rescoring_since is not None:  # the same --rescore would start over
             lines.append(
@@ -346,9 +363,17 @@ async def _run(
         nll_sum += (score["mean_nll"] or 0.0) * score["tokens"]
         return capture
 
+    streak = [0]
+    """Failed samples in a row (`max_consecutive_failures`)."""
+
     def failed(reason: str) -> None:
         progress.failed += 1
         reasons[scrub_text(reason)] += 1
+        streak[0] += 1
+        limit = config.max_consecutive_failures
+        if limit and streak[0] >= limit and summary.stopped is None:
+            summary.stopped = f"stopped after {streak[0]} consecutive failures (last: {scrub_text(reason)})"
+            halt.set()  # the workers are stopped as a cancel stops them: what was scored is written
 
     async def worker() -> None:
         nonlocal flush_at
@@ -358,7 +383,8 @@ async def _run(
                 result = await pool.call(
                     partial(score_on, backend=config.backend, prompt_ids=prompt, output_ids=output, top_k=config.top_k)
                 )
-                scored(sample_id, prompt, output, result)
+                if scored(sample_id, prompt, output, result) is not None:
+                    streak[0] = 0
                 if len(pending) >= flush_at:
                     try:
                         await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write
@@ -379,10 +405,17 @@ async def _run(
     report()
     workers = [asyncio.create_task(worker()) for _ in range(n_workers)] + [asyncio.create_task(produce())]
     tick = asyncio.create_task(ticker())
+    halt = asyncio.Event()
+    """Set by the user's cancel or by too many failures in a row (`summary.stopped` tells which)."""
+    watch = asyncio.create_task(cancel.wait()) if cancel is not None else None
+    if watch is not None:
+        watch.add_done_callback(lambda _: halt.set())
     try:
-        summary.interrupted = await run_workers(workers, cancel)
+        summary.interrupted = await run_workers(workers, halt) and summary.stopped is None
     finally:
         tick.cancel()
+        if watch is not None:
+            watch.cancel()
         await loop.run_in_executor(writer, flush)  # what was scored before the end (or the interrupt)
         await loop.run_in_executor(None, writer.shutdown, True)
     summary.ok, summary.failed, summary.off_policy = progress.ok, progress.failed, progress.flagged

@@ -13,8 +13,8 @@ Before anything is scored, a few samples' output ids are read back with the targ
 reads most of them as other text than their answers (another vocabulary) is refused, exit 1 (`--any-vocabulary`
 scores anyway). Resumable: samples already scored by the same served model (with at least this --top-k) are
 skipped; `--rescore` scores them again (`--rescore-before TIME` those scored before TIME: how an interrupted
-`--rescore` goes on). Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
-3 some samples failed, 130 interrupted.
+`--rescore` goes on). Exit codes as `tokview batch`: 0, 1 usage or a run stopped after --max-consecutive-failures
+failed samples in a row (a target that died), 2 unreachable, 3 some samples failed, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -87,6 +87,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     p.add_argument("--retries", type=int, default=3, help="retries per sample on a server error (default 3)")
+    p.add_argument(
+        "--max-consecutive-failures",
+        type=int,
+        default=20,
+        metavar="N",
+        help="stop (with the reason, exit 1) after N samples failed in a row, as batch does; 0 never stops "
+        "(default 20)",
+    )
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
     p.set_defaults(run=run)
 
@@ -115,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         rescore=args.rescore,
         rescore_before=args.rescore_before,
         any_vocabulary=args.any_vocabulary,
+        max_consecutive_failures=args.max_consecutive_failures,
     )
     config.validate()  # InputError
     printer = ProgressPrinter(sys.stderr, line=score_progress_line)
