@@ -94,6 +94,9 @@ def test_bad_filters_are_one_line(db):
         review(db, "--tag", " ")
     with pytest.raises(UserError, match="database not found"):
         review(db.parent / "missing.duckdb", "--approve")
+    # searched for as text, `nll>2` matched nothing and approved 0 of 0, exit 0
+    with pytest.raises(UserError, match=r"--search 'nll>2': the thresholds read are upper bounds, `nll<=N`"):
+        review(db, "--search", "nll>2", "--reject", "off policy")
 
 
 @pytest.mark.parametrize(

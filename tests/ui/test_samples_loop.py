@@ -16,6 +16,19 @@ def test_search_terms():
     assert parse_search("acc<=2.5 p02 nll <= 1") == ("p02", 2.5, 1.0)
     assert parse_search("p02") == ("p02", None, None)
     assert parse_search("ACC<=.5") == (None, 0.5, None)
+    assert parse_search("nll<2") == (None, None, 2.0)  # `<` as `<=`: measured values select alike
+
+
+def test_a_threshold_the_search_cannot_read_is_named():
+    from tokview.ui.search_terms import unread_threshold
+
+    assert [unread_threshold(t) for t in ("nll>2", "p1 nll >= 2", "acc<=abc", "nll==1")] == [
+        "nll>2",
+        "nll >= 2",
+        "acc<=abc",
+        "nll==1",
+    ]
+    assert unread_threshold("nll<=2 acc<3 rivers") is None and unread_threshold("null > x") is None
 
 
 def _side_data(store, ids):

@@ -105,7 +105,7 @@ def _utf8(value: str | None, flag: str) -> None:
 def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, list[str]]:
     from tokview.core.findings import FINDING_CODES
     from tokview.store.sample_rows import SampleFilter
-    from tokview.ui.search_terms import parse_search
+    from tokview.ui.search_terms import parse_search, unread_threshold
 
     if args.finding is not None and args.finding not in FINDING_CODES:
         raise UserError(f"unknown finding code {args.finding!r} (tokview stats lists the codes a store has)")
@@ -113,6 +113,12 @@ def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, list
         raise UserError(f"no sample of a run {args.run_name!r} in {args.db} (tokview stats --samples shows them)")
     # an empty --search read as no search: `review --search "" --reject bad` rejected the whole store
     search = _text(args.search, "--search")
+    unread = unread_threshold(search) if search else None
+    if unread is not None:  # searched for as text, it matched nothing, exit 0
+        raise UserError(
+            f"--search {unread!r}: the thresholds read are upper bounds, `nll<=N` and `acc<=N`; for samples above "
+            "a target NLL, --finding off_policy (above score's --off-policy-nll)"
+        )
     text, max_acceptance, max_nll = parse_search(search) if search else (None, None, None)
     status = args.status if args.status in ("pending", "approved", "rejected") else None
     valid = {"valid": True, "invalid": False}.get(args.status or "")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 
-TERM = re.compile(r"(?i)\b(acc|nll)\s*<=\s*(\d+(?:\.\d*)?|\.\d+)")
+TERM = re.compile(r"(?i)\b(acc|nll)\s*<=?\s*(\d+(?:\.\d*)?|\.\d+)")
+"""`acc<=N`, `nll<=N` (or `<`: the values are measured, not counted, so the two bounds select alike)."""
+NEAR = re.compile(r"(?i)\b(?:acc|nll)\s*[<>=!]+\s*\S*")
+"""What a person types meaning a threshold that is not one `TERM` reads (`nll>2`, `nll>=2`, `nll<=abc`)."""
 
 
 def parse_search(text: str) -> tuple[str | None, float | None, float | None]:
@@ -19,3 +22,10 @@ def parse_search(text: str) -> tuple[str | None, float | None, float | None]:
         limits[name.lower()] = float(value)
     rest = " ".join(TERM.sub(" ", text).split())
     return rest or None, limits.get("acc"), limits.get("nll")
+
+
+def unread_threshold(text: str) -> str | None:
+    """A threshold-like term `parse_search` would take as text to search for (matching no sample), or None. The
+    samples box searches as a person types (`nll<` on the way to `nll<=1`); `tokview review` refuses one."""
+    found = NEAR.search(TERM.sub(" ", text))
+    return found.group(0) if found else None
