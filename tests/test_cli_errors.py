@@ -203,3 +203,21 @@ def test_a_one_value_flag_given_twice_is_refused_not_the_last_taken(capsys, tmp_
         assert f"{flag} given twice: it takes one value" in err and err.count("\n") == 1, err
     assert not any(tmp_path.glob("[ab].*")) and not (tmp_path / "o.jsonl").exists()
     assert main(["stats", "--db", str(db)]) == ExitCode.OK  # once is fine, the default too
+
+
+def test_a_merge_that_names_the_target_among_its_sources_merges_nothing(tmp_path, capsys, put, make_capture):
+    """`merge a.duckdb T.duckdb b.duckdb --into T.duckdb` merged a, then refused T (found in its turn), b untried;
+    a hard link to the target was not caught at all."""
+    import os
+
+    a, into = tmp_path / "a.duckdb", tmp_path / "T.duckdb"
+    for path, sample in ((a, "s1"), (into, "s2")):
+        with Store(path) as store:
+            put(store, sample, make_capture(question=f"question {sample}"))
+    os.link(into, tmp_path / "linked.duckdb")
+    for named in (into, tmp_path / "linked.duckdb"):
+        assert main(["merge", str(a), str(named), "--into", str(into)]) == ExitCode.USAGE
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"tokview: error: {named} is the store itself (--into {into}): leave it out; nothing was merged"]
+    with Store(into) as store:
+        assert [sid.split("@")[0] for (sid,) in store.query("SELECT sample_id FROM samples")] == ["s2"]

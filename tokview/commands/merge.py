@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         if not src.is_file():
             raise UserError(f"database not found: {src}")
     into = Path(args.into).expanduser()
+    for src in args.sources:  # before anything lands: found only when its turn came, the stores before it were merged
+        if into.is_file() and os.path.samefile(src, into):  # by path, link or a hard link's inode
+            raise UserError(f"{src} is the store itself (--into {args.into}): leave it out; nothing was merged")
     made = not os.path.lexists(into)  # a dangling symlink is not ours to remove either
     try:
         with Store(args.into) as store:  # MergeRefused, StoreError: one line
