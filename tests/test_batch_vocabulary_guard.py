@@ -171,3 +171,20 @@ def test_the_proxy_says_once_that_its_tokenizer_reads_the_answers_as_other_text(
     assert len(told) == 1 and told[0].startswith("tokview proxy: the server's answers read as other text with ")
     assert "restart the proxy with the served model's tokenizer folder" in told[0]
     assert not [line for line in right if "other text" in line]
+
+
+def test_a_dual_capture_is_read_by_its_chat_paths_ids():
+    """A dual capture's text fields are its chat path's, another answer than the raw path's ids at temperature 1:
+    read against `output_ids`, a sound `--mode dual` run would stop as another vocabulary."""
+    tok = kimi()
+    said = "rivers flow down mountains into quiet valleys"
+    other = tok.encode("bright stars shine over distant frozen oceans")
+    capture = _answer(said, other)
+    capture.endpoint, capture.parsed_output_ids = "dual", tok.encode(said)
+    check = AnswerVocabularyCheck("--tokenizer X")
+    for _ in range(3):
+        assert check.see(capture, tok) is None
+    assert (check.agreed, check.told) == (3, 3)
+    capture.parsed_output_ids = None  # the chat path returned no ids: nothing its text speaks of
+    fresh = AnswerVocabularyCheck("--tokenizer X")
+    assert fresh.see(capture, tok) is None and fresh.told == 0

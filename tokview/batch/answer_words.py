@@ -28,6 +28,15 @@ _MARKUP = re.compile(r"<[^<>\s]{1,48}>")
 _WORD = re.compile(r"\w{3,}")
 
 
+def answer_ids(capture: Capture) -> list[int]:
+    """The ids `answer_text` speaks of: a dual capture's text fields are its chat path's, whose answer is other ids
+    than the raw path's `output_ids` at any temperature above 0 (read against those, a sound run read as another
+    vocabulary); its chat ids when the server returned them, else none to compare."""
+    if capture.endpoint == "dual":
+        return list(capture.parsed_output_ids or ())
+    return list(capture.output_ids)
+
+
 def answer_text(capture: Capture) -> str:
     """Everything its server said of a sample's output ids: the raw text, the reasoning and content, and each tool
     call's name and arguments (a tool parser takes them out of the text: a long call's ids read as none of it)."""

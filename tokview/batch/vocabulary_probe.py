@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from tokview.batch.answer_words import PROBE_IDS, TOLD, answer_text, reads_as
+from tokview.batch.answer_words import PROBE_IDS, TOLD, answer_ids, answer_text, reads_as
 from tokview.batch.inputs import InputError
 from tokview.store.export_rows import Selection, probe_candidates
 from tokview.untrusted_text import printable_line
@@ -37,7 +37,9 @@ async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection,
     disagreed: list[tuple[str, str, str]] = []
     for sample_id in candidates:
         capture = store.load_sample(sample_id).capture
-        ids, text = list(capture.output_ids), answer_text(capture)
+        ids, text = answer_ids(capture), answer_text(capture)
+        if not ids:  # a dual capture without its chat path's ids: nothing its text speaks of
+            continue
         try:
             decoded = await pool.call(partial(detokenize_on, backend=backend, ids=ids[:PROBE_IDS]))
         except CaptureFailed as exc:
