@@ -28,6 +28,11 @@ PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
     ("argv", "says"),
     [
         (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--shard", "3/2"], "--shard 3/2"),
+        (  # a Slurm array's task ids count from 0
+            ["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--shard", "0/4"],
+            "--shard 0/4: K must be between 1 and N (shards count from 1: from a task id counted from 0, pass "
+            "$((ID + 1))/4)",
+        ),
         (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--concurrency", "abc"], "invalid int value: 'abc'"),
         (["stats", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["export", "--db", "x.duckdb"], "the following arguments are required: --out"),

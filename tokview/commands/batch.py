@@ -225,7 +225,10 @@ def _shard(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--shard takes K/N (e.g. 2/8), not {text!r}") from None
     if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"--shard {text}: K must be between 1 and N")
+        zero = (  # a Slurm array counts its tasks from 0
+            f" (shards count from 1: from a task id counted from 0, pass $((ID + 1))/{n})" if k == 0 and n >= 1 else ""
+        )
+        raise argparse.ArgumentTypeError(f"--shard {text}: K must be between 1 and N{zero}")
     return k, n
 
 
