@@ -45,6 +45,7 @@ def test_the_default_kimi_tokenizer_against_a_qwen3_server_stops_at_its_first_an
         assert "the server's answers read as other text with tokview's default Kimi-layout tokenizer" in stopped
         assert "3 of 3 answers told differ" in stopped and "--any-vocabulary" in stopped
         assert "re-run the same command" not in stopped  # the same command would stop again
+        assert "the answers so far are kept in run batch-" in stopped
         with Store(db) as store:
             kept = store.query("SELECT count(*) FROM samples")[0][0]
         assert 3 <= kept < 60  # what was answered is kept; the rest was never asked for
@@ -188,3 +189,29 @@ def test_a_dual_capture_is_read_by_its_chat_paths_ids():
     capture.parsed_output_ids = None  # the chat path returned no ids: nothing its text speaks of
     fresh = AnswerVocabularyCheck("--tokenizer X")
     assert fresh.see(capture, tok) is None and fresh.told == 0
+
+
+@pytest.mark.parametrize(
+    ("said", "ids_read"),
+    [
+        (  # a parser re-dumps arguments without escapes; the ids spell them escaped, or the other way round
+            'get_weather {"query": "今天北京天气怎么样", "city": "北京市朝阳区"}',
+            '<tool_call>\n{"name": "get_weather", "arguments": {"query": "\\u4eca\\u5929\\u5317\\u4eac\\u5929\\u6c14'
+            '\\u600e\\u4e48\\u6837", "city": "\\u5317\\u4eac\\u5e02\\u671d\\u9633\\u533a"}}\n</tool_call>',
+        ),
+        (
+            'get_weather {"query": "\\u4eca\\u5929 M\\u00fcnchen Caf\\u00e9 Z\\u00fcrich"}',
+            '<tool_call>\n{"name": "get_weather", "arguments": {"query": "今天 München Café Zürich"}}\n</tool_call>',
+        ),
+        (  # an XML layout's ids hold the line breaks the re-dumped JSON escapes
+            'run {"code": "import os\\nimport sys\\nprint(os)\\nprint(sys)\\nvalue = 1\\nreturn value"}',
+            "<tool_call>\n<function=run>\n<parameter=code>\nimport os\nimport sys\nprint(os)\nprint(sys)\nvalue = 1\n"
+            "return value\n</parameter>\n</function>\n</tool_call>",
+        ),
+    ],
+    ids=["chinese", "latin1", "code"],
+)
+def test_arguments_read_the_same_however_their_escapes_are_written(said, ids_read):
+    """An escaped copy of the arguments beside them added words no ids spell (`u5317`): a correct run whose calls
+    held non-ASCII text stopped as another vocabulary."""
+    assert reads_as(said, ids_read) is True

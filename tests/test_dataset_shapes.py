@@ -241,3 +241,23 @@ def test_an_audit_names_its_invalid_rows_by_line(tmp_path, capsys):
     (listed,) = json.loads(capsys.readouterr().out)["invalid_rows"]
     assert listed["line"] == 2 and listed["codes"] == ["think_close_missing", "truncated"]
     assert main(["show", listed["sample_id"], "--db", str(tmp_path / "b.duckdb")]) == 0
+
+
+def test_a_mask_that_leaves_the_stop_out_raises_no_doubt_about_the_tokenizer(tmp_path, qwen_tok_dir, capsys):
+    """Rows masking their `<|im_end|>` out (the stop is left unsupervised, as many pipelines do) were told "every row
+    ends without a stop id: is --tokenizer the dataset's model's?" with the dataset's own tokenizer."""
+    from tokview.core.tokenizer import load_tokenizer
+
+    qwen = load_tokenizer(qwen_tok_dir)
+    rows = []
+    for k in range(3):
+        prompt = qwen.render([{"role": "user", "content": f"What is {k} plus {k}?"}])
+        answer = qwen.encode(f"<think>\nAdd them.\n</think>\n\nIt is {2 * k}.")
+        stop = qwen.encode("<|im_end|>\n")
+        ids = [*prompt, *answer, *stop]
+        mask = [0] * len(prompt) + [1] * len(answer) + [0] * len(stop)
+        rows.append({"id": f"r{k}", "input_ids": ids, "loss_mask": mask})
+    data = _write(tmp_path / "spec.jsonl", rows)
+    assert main(["audit", str(data), "--db", str(tmp_path / "a.duckdb"), "--tokenizer", str(qwen_tok_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "3 rows mask ids after their last supervised id" in out and "note: every row" not in out

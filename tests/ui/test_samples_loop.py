@@ -17,6 +17,7 @@ def test_search_terms():
     assert parse_search("p02") == ("p02", None, None)
     assert parse_search("ACC<=.5") == (None, 0.5, None)
     assert parse_search("nll<2") == (None, None, 2.0)  # `<` as `<=`: measured values select alike
+    assert parse_search("nll<=1e-3 p1") == ("p1", None, 0.001)  # was `nll<=1` and a search for "e-3"
 
 
 def test_a_threshold_the_search_cannot_read_is_named():
@@ -28,6 +29,7 @@ def test_a_threshold_the_search_cannot_read_is_named():
         "acc<=abc",
         "nll==1",
     ]
+    assert unread_threshold("acc<=2.5x") == "acc<=2.5x"
     assert unread_threshold("nll<=2 acc<3 rivers") is None and unread_threshold("null > x") is None
 
 

@@ -8,7 +8,6 @@ Its own module, free of the store: a batch process never imports DuckDB.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
@@ -45,23 +44,34 @@ def answer_text(capture: Capture) -> str:
 
 
 def _as_written(arguments: object) -> str:
-    """A call's arguments as the server gave them and with every non-ASCII character escaped: a parser returns the
-    arguments re-dumped, so `"\\u5317"` on the ids comes back as `北`; either is what the ids may spell."""
-    if not isinstance(arguments, str):
-        return ""
-    try:
-        escaped = json.dumps(json.loads(arguments), ensure_ascii=True)
-    except (ValueError, RecursionError):
-        return arguments
-    return arguments if escaped == arguments else f"{arguments} {escaped}"
+    """A call's arguments as the server gave them (`reads_as` reads their escapes: the `\\n` of re-dumped code is
+    the line break an XML call layout's ids spell; an escaped copy added beside them once gave `u5317`-like words no
+    ids spell, and a correct run with non-ASCII arguments read as another vocabulary)."""
+    return arguments if isinstance(arguments, str) else ""
+
+
+def unescaped(text: str) -> str:
+    """`text` with JSON's string escapes read (`\\n`, `\\"`, `\\u5317`…): a parser returns arguments re-dumped
+    (`北` where the ids spell `\\u5317`, or the other way round), so both sides are compared so read."""
+    return _ESCAPE.sub(_read_escape, text)
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([nrtbf\"\\/]))")
+_ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "\\": "\\", "/": "/"}
+
+
+def _read_escape(match: re.Match[str]) -> str:
+    code, char = match.groups()
+    return chr(int(code, 16)) if code else _ESCAPED[char]
 
 
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
     """Whether the target's `decoded` text of a sample's output ids is that sample's `text`: when the probe read all
     the ids, the answer's words must be found in the decoded text; when it read their start, the decoded words in the
-    answer. A word is found anywhere in the other side with its whitespace taken out, and with its markup taken out or
-    kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
+    answer. Both sides are read with their JSON escapes read (`unescaped`). A word is found anywhere in the other side
+    with its whitespace taken out, and with its markup taken out or kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
     first word), the other keeps them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
+    text, decoded = unescaped(text), unescaped(decoded)
     wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
     other = decoded if whole else text
     # and with its markup kept: a tag may spell the words a parser returned (Qwen3-Coder's `<function=get_weather>`

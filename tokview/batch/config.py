@@ -439,8 +439,13 @@ class BatchSummary:
             lines.append(f"  {said}: {printable_line(clipped(why, 200))}")
         lines += [f"  note: {printable_line(note)}" for note in self.notes]
         if self.stopped:
-            again = "" if self.stopped.startswith(OTHER_VOCABULARY) else ", re-run the same command to resume"
-            lines.append(f"  stopped: {printable_line(self.stopped)}; committed samples are kept{again}")
+            if self.stopped.startswith(OTHER_VOCABULARY):  # the same command would stop again
+                kept = (
+                    f"the answers so far are kept in run {printable_line(self.run_id)}, each read with that tokenizer"
+                )
+            else:
+                kept = "committed samples are kept, re-run the same command to resume"
+            lines.append(f"  stopped: {printable_line(self.stopped)}; {kept}")
         if self.interrupted:
             lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
         return "\n".join(lines)

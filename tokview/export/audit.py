@@ -116,7 +116,8 @@ class AuditReport:
                 "names the tokenizer it used)"
             )
         elif self.imported and (
-            len(self.text_differs) == self.imported or self.by_code["no_stop_token"] == self.imported
+            len(self.text_differs) == self.imported
+            or (self.by_code["no_stop_token"] == self.imported and not self.masked_tails)  # a mask may leave it out
         ):
             said = "holds a `text` that is not its ids decoded" if self.text_differs else "ends without a stop id"
             lines.append(

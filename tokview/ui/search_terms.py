@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-TERM = re.compile(r"(?i)\b(acc|nll)\s*<=?\s*(\d+(?:\.\d*)?|\.\d+)")
+TERM = re.compile(r"(?i)\b(acc|nll)\s*<=?\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)(?![\w.])")
 """`acc<=N`, `nll<=N` (or `<`: the values are measured, not counted, so the two bounds select alike)."""
 NEAR = re.compile(r"(?i)\b(?:acc|nll)\s*[<>=!]+\s*\S*")
 """What a person types meaning a threshold that is not one `TERM` reads (`nll>2`, `nll>=2`, `nll<=abc`)."""
