@@ -69,6 +69,19 @@ EXTENDS = [None, True, True, True, False, True, True, True]
 """Turn 4 follows a finished loop and a new user turn: the template drops the loop's reasoning there."""
 
 
+_OPENED: list[Store] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    """Each store `_batch` opened, closed when its test ends. Left open, DuckDB's cache of open databases (by path)
+    handed the next test whose tmp_path got the same name (pytest cuts a name to 30 characters and removes a passed
+    test's folder) the earlier test's database: `[file]` found `[served]`'s samples beside its own."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def _batch(tmp_path: Path, url: str, rows: list[dict], *extra: str) -> tuple[int, dict, Store]:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -76,7 +89,8 @@ def _batch(tmp_path: Path, url: str, rows: list[dict], *extra: str) -> tuple[int
     args = ["batch", str(prompts), "--server", url, "--db", str(db), "--mode", "chat", "--workers", "1"]
     args += ["--temperature", "0", "--max-new-tokens", "400", "--summary-json", *extra]
     code = main(args)
-    return code, {}, Store(str(db))
+    _OPENED.append(Store(str(db)))
+    return code, {}, _OPENED[-1]
 
 
 def _chain(store: Store, prompt_id: str) -> list:
