@@ -37,8 +37,9 @@ def test_stats_text_and_json(tmp_path):
     assert "samples   3  (pending 2, approved 1, rejected 0)" in text.stdout
     assert "HTTP 503 after 3 retries" in text.stdout
     assert "truncated [error]" in text.stdout
+    assert "prompts   3  (+1 with failures only)" in text.stdout  # p4 failed: said beside `failures 1`
     js = json.loads(_cli("stats", "--db", str(db), "--json").stdout)
-    assert js["prompts"] == 3
+    assert (js["prompts"], js["prompts_failed_only"]) == (3, 1)
     assert js["invalid"] == 1
     assert js["failures"]["total"] == 1
     assert js["output_len"]["max"] >= js["output_len"]["p50"]

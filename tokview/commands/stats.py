@@ -79,7 +79,8 @@ def drift_samples(st: dict[str, Any]) -> int:
 def render(st: dict[str, Any]) -> str:
     s = st["by_status"]
     lines = [
-        f"prompts   {st['prompts']}",
+        f"prompts   {st['prompts']}"
+        + (f"  (+{st['prompts_failed_only']} with failures only)" if st.get("prompts_failed_only") else ""),
         f"samples   {st['samples']}  (pending {s.get('pending', 0)}, approved {s.get('approved', 0)}, "
         f"rejected {s.get('rejected', 0)})",
         f"valid     {st['valid']}  invalid {st['invalid']}  truncated {st['truncated']}  "

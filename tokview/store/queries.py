@@ -330,6 +330,11 @@ def stats(conn: DuckDBPyConnection) -> dict[str, Any]:
     )
     return {
         "prompts": one("SELECT count(*) FROM (SELECT prompt_id FROM samples GROUP BY prompt_id)"),
+        # a store of failures alone said `prompts 0` above `failures 10`
+        "prompts_failed_only": one(
+            "SELECT count(*) FROM (SELECT DISTINCT prompt_id FROM failures WHERE prompt_id NOT IN "
+            "(SELECT prompt_id FROM samples))"
+        ),
         "samples": samples,
         "by_status": {s: 0 for s in ("pending", "approved", "rejected")}
         | pairs("SELECT status, count(*) FROM samples GROUP BY status"),
