@@ -215,3 +215,12 @@ def test_arguments_read_the_same_however_their_escapes_are_written(said, ids_rea
     """An escaped copy of the arguments beside them added words no ids spell (`u5317`): a correct run whose calls
     held non-ASCII text stopped as another vocabulary."""
     assert reads_as(said, ids_read) is True
+
+
+def test_an_answer_the_server_said_nothing_of_tells_nothing():
+    """A long answer (past the ids read back) whose server text is empty read as disagreeing: the decode's words were
+    looked for in nothing."""
+    decoded = " ".join(f"word{k}" for k in range(400))
+    assert reads_as("", decoded, whole=False) is None
+    assert reads_as("ok", decoded, whole=False) is None
+    assert reads_as("word1 word2 word3 word4", decoded, whole=False) is False  # said, and not these words

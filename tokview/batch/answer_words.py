@@ -72,6 +72,8 @@ def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
     with its whitespace taken out, and with its markup taken out or kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
     first word), the other keeps them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
     text, decoded = unescaped(text), unescaped(decoded)
+    if len(set(_WORD.findall(_MARKUP.sub("", text)))) < MIN_WORDS:  # a server that said (next to) nothing tells nothing
+        return None
     wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
     other = decoded if whole else text
     # and with its markup kept: a tag may spell the words a parser returned (Qwen3-Coder's `<function=get_weather>`
