@@ -224,3 +224,32 @@ def test_an_answer_the_server_said_nothing_of_tells_nothing():
     assert reads_as("", decoded, whole=False) is None
     assert reads_as("ok", decoded, whole=False) is None
     assert reads_as("word1 word2 word3 word4", decoded, whole=False) is False  # said, and not these words
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_raw_prompts_a_server_refuses_every_one_of_point_at_the_tokenizer(tmp_path, qwen_tok_dir, kind):
+    """Raw mode (the default) sends the local tokenizer's ids: Kimi's past Qwen3's vocabulary were refused, 6 of 6
+    failed with the server's words alone and nothing named the tokenizer."""
+    prompts, db = _prompts(tmp_path / "p.jsonl", 6), tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir, profile="qwen3")) as sim:
+        run = _batch(str(prompts), "--server", sim.url, "--db", str(db))
+    assert run.returncode == 3, run.stderr
+    assert (
+        "note: the server refused every request's prompt ids, which the local tokenizer rendered: is --tokenizer"
+        in (run.stderr)
+    )
+
+
+def test_a_run_with_answers_or_other_failures_names_no_tokenizer():
+    from tokview.batch import BatchSummary
+
+    refused = {"HTTP 400 from POST /v1/completions: prompt must be … token ids in [0, 151669)": 2}
+    assert (
+        "refused every request's prompt ids"
+        in BatchSummary(run_id="r", input=2, failed=2, failures_by_reason=refused).render()
+    )
+    assert "refused every" not in BatchSummary(run_id="r", input=3, ok=1, failed=2, failures_by_reason=refused).render()
+    other = {**refused, "HTTP 503 from POST /v1/completions: busy": 1}
+    assert "refused every" not in BatchSummary(run_id="r", input=3, failed=3, failures_by_reason=other).render()
+    chat = {"HTTP 400 from POST /v1/chat/completions: bad tools": 2}
+    assert "refused every" not in BatchSummary(run_id="r", input=2, failed=2, failures_by_reason=chat).render()

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from tokview.servers import ServerPool
 
 
+_RAW_REFUSAL = re.compile(r"HTTP (?:400|422) from POST (?:/v1/completions|/generate)\b")
+"""A failure of a request whose prompt ids the server refused as they are (`BatchSummary._every_raw_prompt_refused`)."""
 OTHER_VOCABULARY = "the server's answers read as other text"
 """How a run stopped by `vocabulary_guard` begins its reason: the same command would stop again, so no resume is
 offered."""
@@ -395,6 +397,13 @@ class BatchSummary:
         more = f", {len(codes) - FLAGGED_CODES_SHOWN} more codes" if len(codes) > FLAGGED_CODES_SHOWN else ""
         return f" ({shown}{more})" if codes else ""
 
+    def _every_raw_prompt_refused(self) -> bool:
+        """Nothing stored and every request refused on a path that takes the ids tokview rendered (raw mode): a
+        tokenizer of a bigger vocabulary than the server's sends ids it refuses (`[0, 151669)`), and the run said
+        only the server's words, 6 of 6 failed (or, past 20, too many failures in a row)."""
+        reasons = self.failures_by_reason
+        return not self.ok and bool(reasons) and all(_RAW_REFUSAL.match(reason) for reason in reasons)
+
     def failure_examples(self) -> dict[str, str]:
         """One full reason per class, so the grouping never hides the server's own words."""
         return reason_examples(self.failures_by_reason)
@@ -426,6 +435,11 @@ class BatchSummary:
             lines.append(
                 f"  note: {self.flagged_by_code['unknown_token_id']} sample(s) hold ids the tokenizer does not have: "
                 "is --tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
+            )
+        if self._every_raw_prompt_refused():
+            lines.append(
+                "  note: the server refused every request's prompt ids, which the local tokenizer rendered: is "
+                "--tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
             )
         examples = self.failure_examples()
         for cls, n in list(self.failures_by_class.items())[:10]:  # reasons quote servers: escapes shown, not run

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 
 BATCH_ADVICE = (
-    "name the served model's tokenizer folder (--tokenizer DIR; `tokview doctor` checks one), or pass --any-vocabulary "
-    "to go on"
+    "name the served model's tokenizer folder (--tokenizer DIR; `tokview doctor --server URL --tokenizer DIR` compares "
+    "one with the server), or pass --any-vocabulary to go on"
 )
 
 

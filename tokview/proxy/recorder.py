@@ -365,7 +365,8 @@ def _piece(tokenizer: TokenizerAdapter | None, ids: list[int], at: int) -> str:
 
 PROXY_VOCABULARY_ADVICE = (
     "the ids are recorded exactly, but every finding on them and any text export reads them as other text: restart "
-    "the proxy with the served model's tokenizer folder (--tokenizer DIR; `tokview doctor` checks one)"
+    "the proxy with the served model's tokenizer folder (--tokenizer DIR; `tokview doctor --server URL --tokenizer DIR` "
+    "compares one with the server)"
 )
 
 
