@@ -198,6 +198,7 @@ def test_the_ids_check_fails_on_empty_id_lists_and_recommends_the_endpoint_that_
         choice=SimpleNamespace(raw=SimpleNamespace(path="/v1/completions", ids_field="token_ids")),
         add=lambda *line: said.append(line),
         ids_not_returned=False,
+        other_vocabulary=None,
     )
     empty = Capture(prompt_ids=[1], output_ids=[], usage={"completion_tokens": 145})
     doctor_checks.check_ids(doc, raw=empty, raw_error=None, chat=empty, chat_ids=[], chat_error=None)  # type: ignore[arg-type]
@@ -548,3 +549,29 @@ def test_a_skip_for_another_reason_beside_a_failed_request_is_no_incomplete_repo
     assert not report.incomplete
     report.checks.append(DoctorCheck("skip", "skip_special_tokens", f"skipped: {report.gave_up[0]}", ""))
     assert report.incomplete
+
+
+@pytest.mark.parametrize("direction", ["kimi server, qwen3 tokenizer", "qwen3 server, kimi tokenizer"])
+async def test_a_tokenizer_of_another_vocabulary_skips_the_checks_that_would_blame_the_server(qwen_tok_dir, direction):
+    """A user pass met doctor, with the app's default Kimi tokenizer in front of a Qwen3 server, advising `--mode chat`
+    for the raw path's 400 (the local ids past Qwen3's vocabulary), and a tool-call parser that "lost the calls'
+    markers: upgrade the server"; with Qwen3's tokenizer on a Kimi server, a think opener to "check --profile"."""
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    qwen = load_tokenizer(qwen_tok_dir)
+    served_qwen = direction.startswith("qwen3")
+    sim_config = (
+        SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir, profile="qwen3") if served_qwen else SimConfig(kind="vllm")
+    )
+    tokenizer, profile = (load_tokenizer(kimi_tokenizer_dir()), KIMI) if served_qwen else (qwen, get_profile("qwen3"))
+    with start_simulator(sim_config) as sim:
+        report = await run_doctor(sim.url, tokenizer=tokenizer, profile=profile)
+    checks = by_title(report)
+    for title in ("Think opener in the prompt", "Tool-call parser"):
+        assert checks[title]["status"] == "skip", checks[title]
+        assert checks[title]["detail"].startswith("skipped: the server's ids are not this tokenizer's"), checks[title]
+    assert checks["Local tokenizer"]["status"] == "fail"  # said once, where it is the finding
+    if served_qwen:  # the raw path refused the Kimi ids: the advice names the tokenizer, not --mode chat
+        ids = checks["Token-id fields"]
+        assert "--tokenizer DIR" in ids["recommendation"] and "--mode chat" not in ids["recommendation"], ids

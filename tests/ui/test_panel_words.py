@@ -174,3 +174,26 @@ def test_flags_are_said_in_the_forms_words_but_no_name_path_or_url_is_touched():
     assert (
         in_words("no samples match --select valid --run r1", DIALOG_NAMES) == "no samples match selection valid run r1"
     )
+
+
+async def test_a_run_stopped_for_another_vocabulary_says_what_the_app_can_do(make_app, qwen_tok_dir):
+    """The app's Kimi tokenizer in front of a Qwen3 server: the stop said "--tokenizer DIR … or pass --any-vocabulary",
+    neither of which the form has, and its notification read the server's words as markup."""
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir, profile="qwen3")) as qwen:
+        app = make_app(server_url=qwen.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("g")
+            screen = app.screen
+            screen.query_one("#source", Select).value = "typed"
+            screen.query_one("#typed", TextArea).text = "\n".join(f"Say something about rivers, {k}" for k in range(8))
+            screen.query_one("#mode", Select).value = "chat"
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: screen.last_summary is not None, "the run's end")
+            await settle(app, pilot)
+            line = str(screen.query_one("#progress-line", Static).render())
+            assert line.startswith("stopped: "), line
+            assert "the server's answers read as other text" in line
+            assert "`tokview ui --tokenizer DIR`" in line and "--any-vocabulary" not in line, line
+            warned = [str(n.message) for n in app._notifications if n.severity == "warning"]
+            assert any("the run stopped: the server's answers read as other text" in m for m in warned), warned

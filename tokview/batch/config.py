@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from tokview.servers import ServerPool
 
 
+TOKENIZER_QUESTION = "is --tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
+"""The summary's question when its samples or failures point at another vocabulary (the app words it its way)."""
 _RAW_REFUSAL = re.compile(r"HTTP (?:400|422) from POST (?:/v1/completions|/generate)\b")
 """A failure of a request whose prompt ids the server refused as they are (`BatchSummary._every_raw_prompt_refused`)."""
 OTHER_VOCABULARY = "the server's answers read as other text"
@@ -434,12 +436,12 @@ class BatchSummary:
         if self.flagged_by_code.get("unknown_token_id"):
             lines.append(
                 f"  note: {self.flagged_by_code['unknown_token_id']} sample(s) hold ids the tokenizer does not have: "
-                "is --tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
+                f"{TOKENIZER_QUESTION}"
             )
         if self._every_raw_prompt_refused():
             lines.append(
-                "  note: the server refused every request's prompt ids, which the local tokenizer rendered: is "
-                "--tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
+                f"  note: the server refused every request's prompt ids, which the local tokenizer rendered: "
+                f"{TOKENIZER_QUESTION}"
             )
         examples = self.failure_examples()
         for cls, n in list(self.failures_by_class.items())[:10]:  # reasons quote servers: escapes shown, not run

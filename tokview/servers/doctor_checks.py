@@ -125,7 +125,10 @@ def check_ids(
             "warn",
             "Token-id fields",
             f"{detail}; but {'; '.join(missing)}",
-            f"capture with --mode {'raw' if raw_ok else 'chat'} (the endpoint that returns ids)",
+            "the raw path takes the local tokenizer's prompt ids, and the server's ids are not this tokenizer's: "
+            "give doctor (and batch) the served model's tokenizer folder (--tokenizer DIR)"
+            if not raw_ok and doc.other_vocabulary is not None
+            else f"capture with --mode {'raw' if raw_ok else 'chat'} (the endpoint that returns ids)",
         )
         return
     doc.add("ok", "Token-id fields", detail)
@@ -149,6 +152,8 @@ def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int]
         if p.thinking_kwarg
         else f"the {p.name} profile names no template kwarg that turns thinking off; check --profile"
     )
+    if doc.skip_on_other_vocabulary("Think opener in the prompt"):
+        return
     if not p.has_reasoning:
         said = (
             f"the {p.name} profile reasons in Harmony channels, not think tags: the output is its analysis and final "

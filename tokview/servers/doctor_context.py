@@ -100,6 +100,9 @@ class DoctorContext:
     """The requests the policy gave up on (`CountingPolicy`): the report's, to say which checks could not run."""
     ids_not_returned: bool = field(init=False, default=False)
     """A probe was answered without the id field it asked for (`IdsNotReturned`), not failed."""
+    other_vocabulary: str | None = field(init=False, default=None)
+    """Why the server's ids are not this tokenizer's (`read_vocabulary`), else None: the checks that read ids by this
+    tokenizer's layout are skipped then (they blamed the server's template, parser or version for it)."""
 
     def __post_init__(self) -> None:
         self.policy = counting = CountingPolicy.like(self.policy)
@@ -147,6 +150,32 @@ class DoctorContext:
         got.capture.messages = QUESTION
         got.capture.settings = {**self.settings, "backend": self.choice.name, "mode": "chat"}
         return got.capture, got.returned_ids
+
+    def read_vocabulary(self, *captures: Capture | None) -> None:
+        """Set `other_vocabulary` from the probes' answers: an id this tokenizer lacks, or ids whose decode holds
+        next to none of the words the server said of them (batch's first-answers test: a Qwen3 server read with the
+        Kimi layout, whose ids it all holds)."""
+        from tokview.batch.answer_words import PROBE_IDS, answer_ids, answer_text, reads_as
+
+        tok = self.tokenizer
+        for cap in captures:
+            if tok is None or cap is None or not (ids := answer_ids(cap)):
+                continue
+            lacking = next((i for i in ids if not tok.has_id(i)), None)
+            if lacking is not None:
+                self.other_vocabulary = f"id {lacking} is none of its ids"
+                return
+            decoded = tok.decode(ids[:PROBE_IDS], skip_special_tokens=False)
+            if reads_as(answer_text(cap), decoded, whole=len(ids) <= PROBE_IDS) is False:
+                self.other_vocabulary = "the answer's ids read as other text than the server said"
+                return
+
+    def skip_on_other_vocabulary(self, title: str) -> bool:
+        """Said as skipped when the server's ids are not this tokenizer's (True: the caller returns)."""
+        if self.other_vocabulary is None:
+            return False
+        self.add("skip", title, f"skipped: the server's ids are not this tokenizer's ({self.other_vocabulary})")
+        return True
 
     def analysis(self, cap: Capture) -> dict[str, str]:
         return {f.code: f.detail for f in self.findings(cap)}

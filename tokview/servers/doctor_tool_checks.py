@@ -88,6 +88,8 @@ def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None
     if any(c.title == "Profile" and c.status == "fail" for c in doc.checks):
         doc.add("skip", TOOLS_TITLE, "skipped: --profile names another model's ids (see Profile above)")
         return
+    if doc.skip_on_other_vocabulary(TOOLS_TITLE):
+        return
     cap = whole.capture
     returned = cap.tool_calls or []
     names = ", ".join(str(call.get("name")) for call in returned) or "no call"

@@ -23,9 +23,10 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, ProgressBar, Static, Switch, TextArea
 from textual.worker import Worker
 
-from tokview.batch.config import PANEL_DEFAULTS
+from tokview.batch.config import PANEL_DEFAULTS, TOKENIZER_QUESTION
 from tokview.batch.inputs import bad_rows_said
 from tokview.batch.progress import progress_line
+from tokview.batch.vocabulary_guard import BATCH_ADVICE
 from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
@@ -82,10 +83,31 @@ def default_prompts_shown() -> str:
         return str(DEFAULT_PROMPTS)
 
 
+APP_TOKENIZER = {
+    BATCH_ADVICE: "quit, and start the app with the served model's tokenizer folder (`tokview ui --tokenizer DIR`; "
+    "the doctor panel, D, compares the app's with the server)",
+    TOKENIZER_QUESTION: "is the app's tokenizer the served model's? (the doctor panel, D, compares them; `tokview ui "
+    "--tokenizer DIR` starts the app with another)",
+}
+"""The summary's advice about the tokenizer, as the panel (which has no tokenizer field) can act on it."""
+
+
 def in_form_words(message: str) -> str:
     """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'
     (`form_words.in_words`), and its advice to resume as the panel does it."""
-    return in_words(message, FORM_NAMES).replace(RERUN, RERUN_FORM)
+    return in_words(_app_advice(message), FORM_NAMES).replace(RERUN, RERUN_FORM)
+
+
+def summary_in_form_words(summary: str) -> str:
+    """The summary `tokview batch` prints, its advice in the form's words (only its advice: a run, a path, a server's
+    message may hold any word, `sweep.temperature`, `/data/--db/`)."""
+    return _app_advice(summary).replace(RERUN, RERUN_FORM).replace(ANOTHER_DB, ANOTHER_DB_FORM)
+
+
+def _app_advice(text: str) -> str:
+    for cli, app in APP_TOKENIZER.items():
+        text = text.replace(cli, app)
+    return text
 
 
 def typed_prompts(text: str) -> list[PromptRow]:
@@ -394,12 +416,11 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             if s.failed
             else "done"
         )
-        self.query_one("#progress-line", Static).update(
-            plain(f"{state}: {s.render().replace(RERUN, RERUN_FORM).replace(ANOTHER_DB, ANOTHER_DB_FORM)}")
-        )  # the summary `tokview batch` prints; only its advice in the form's words (a run, a path, a server's message
-        # may hold any word: `sweep.temperature`, `/data/--db/`)
+        self.query_one("#progress-line", Static).update(plain(f"{state}: {summary_in_form_words(s.render())}"))
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
-            self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
+            self.notify(  # a server's words in it (a vocabulary stop quotes its answer): text, not markup
+                f"the run stopped: {summary_in_form_words(s.stopped)}", severity="warning", timeout=8, markup=False
+            )
         elif s.failed and not s.interrupted:  # `tokview batch` exits 3 then; "done:" and no word hid five HTTP 400s
             why = "; ".join(f"{n} {reason}" for reason, n in list(s.failures_by_class.items())[:2])
             self.notify(
