@@ -138,6 +138,7 @@ def test_a_parsers_words_found_inside_the_markup_of_the_ids_agree():
         "</parameter>\n<parameter=days>\n6\n</parameter>\n</function>\n</tool_call>"
     )
     assert reads_as(said, ids_read) is True
+    assert reads_as(said, ids_read, whole=False) is True
     assert reads_as(said, "dgyk adlbcpmon etcrv yym tu yzg nu hj aavknaw kfx") is False
 
 
@@ -208,13 +209,21 @@ def test_a_dual_capture_is_read_by_its_chat_paths_ids():
             "<tool_call>\n<function=run>\n<parameter=code>\nimport os\nimport sys\nprint(os)\nprint(sys)\nvalue = 1\n"
             "return value\n</parameter>\n</function>\n</tool_call>",
         ),
+        (  # backslashes that are text: read as escapes, `\frac`, `C:\new` and `"\nTotal"` lost their words
+            'write {"path": "C:\\\\new\\\\folder\\\\test.txt", "tex": "\\\\frac{a}{b} \\\\beta", "code": '
+            '"print(\\"\\\\nTotal\\")"}',
+            "<tool_call>\n<function=write>\n<parameter=path>\nC:\\new\\folder\\test.txt\n</parameter>\n"
+            '<parameter=tex>\n\\frac{a}{b} \\beta\n</parameter>\n<parameter=code>\nprint("\\nTotal")\n'
+            "</parameter>\n</function>\n</tool_call>",
+        ),
     ],
-    ids=["chinese", "latin1", "code"],
+    ids=["chinese", "latin1", "code", "backslashes"],
 )
 def test_arguments_read_the_same_however_their_escapes_are_written(said, ids_read):
     """An escaped copy of the arguments beside them added words no ids spell (`u5317`): a correct run whose calls
     held non-ASCII text stopped as another vocabulary."""
     assert reads_as(said, ids_read) is True
+    assert reads_as(said, ids_read, whole=False) is True
 
 
 def test_an_answer_the_server_said_nothing_of_tells_nothing():
@@ -251,5 +260,7 @@ def test_a_run_with_answers_or_other_failures_names_no_tokenizer():
     assert "refused every" not in BatchSummary(run_id="r", input=3, ok=1, failed=2, failures_by_reason=refused).render()
     other = {**refused, "HTTP 503 from POST /v1/completions: busy": 1}
     assert "refused every" not in BatchSummary(run_id="r", input=3, failed=3, failures_by_reason=other).render()
+    logprobs = {"HTTP 400 from POST /v1/completions: Requested sample logprobs of 50, more than max allowed: 20": 2}
+    assert "refused every" not in BatchSummary(run_id="r", input=2, failed=2, failures_by_reason=logprobs).render()
     chat = {"HTTP 400 from POST /v1/chat/completions: bad tools": 2}
     assert "refused every" not in BatchSummary(run_id="r", input=2, failed=2, failures_by_reason=chat).render()

@@ -571,7 +571,9 @@ async def test_a_tokenizer_of_another_vocabulary_skips_the_checks_that_would_bla
     for title in ("Think opener in the prompt", "Tool-call parser"):
         assert checks[title]["status"] == "skip", checks[title]
         assert checks[title]["detail"].startswith("skipped: the server's ids are not this tokenizer's"), checks[title]
-    assert checks["Local tokenizer"]["status"] == "fail"  # said once, where it is the finding
+    assert checks["Local tokenizer"]["status"] == "fail"
+    assert checks["Vocabulary"]["status"] == "fail"  # said on its own: where no prompt ids came back, the only fail
+    assert "--tokenizer DIR" in checks["Vocabulary"]["recommendation"]
     if served_qwen:  # the raw path refused the Kimi ids: the advice names the tokenizer, not --mode chat
         ids = checks["Token-id fields"]
         assert "--tokenizer DIR" in ids["recommendation"] and "--mode chat" not in ids["recommendation"], ids

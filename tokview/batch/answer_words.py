@@ -68,17 +68,35 @@ def _read_escape(match: re.Match[str]) -> str:
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
     """Whether the target's `decoded` text of a sample's output ids is that sample's `text`: when the probe read all
     the ids, the answer's words must be found in the decoded text; when it read their start, the decoded words in the
-    answer. Both sides are read with their JSON escapes read (`unescaped`). A word is found anywhere in the other side
-    with its whitespace taken out, and with its markup taken out or kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the reasoning's
-    first word), the other keeps them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
-    text, decoded = unescaped(text), unescaped(decoded)
-    if len(set(_WORD.findall(_MARKUP.sub("", text)))) < MIN_WORDS:  # a server that said (next to) nothing tells nothing
+    answer. None when the server's text, or the side looked for, has fewer than `MIN_WORDS` words.
+
+    Each side is read as written and with its JSON escapes read (`unescaped`), and the better of the readings of the
+    side looked for decides: a parser returns arguments re-dumped (`北` where the ids spell `\\u5317`, `\\n` where they
+    spell a line break), while ids may spell a backslash that is text (`\\frac`, `C:\\new`), which read as an escape
+    would lose its word. A word is found anywhere in the other side with its whitespace taken out, and with its markup
+    taken out or kept: a side that skipped special tokens glues the words around them (Harmony's `analysis` and the
+    reasoning's first word), the other keeps them apart, and a tag may spell the words a parser returned
+    (Qwen3-Coder's `<function=get_weather>` is the `get_weather` of its tool call)."""
+    said = _readings(text)
+    if max(len(_words(form)) for form in said) < MIN_WORDS:  # a server that said (next to) nothing tells nothing
         return None
-    wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
-    other = decoded if whole else text
-    # and with its markup kept: a tag may spell the words a parser returned (Qwen3-Coder's `<function=get_weather>`
-    # is the `get_weather` of its tool call)
-    within = "".join(_MARKUP.sub("", other).split()) + "\n" + "".join(other.split())
-    if len(wanted) < MIN_WORDS:
-        return None
-    return sum(word in within for word in wanted) >= SHARE * len(wanted)
+    looked_for, other = (said, _readings(decoded)) if whole else (_readings(decoded), said)
+    within = "\n".join(
+        part for form in other for part in ("".join(_MARKUP.sub("", form).split()), "".join(form.split()))
+    )
+    shares = [
+        sum(word in within for word in wanted) / len(wanted)
+        for wanted in map(_words, looked_for)
+        if len(wanted) >= MIN_WORDS
+    ]
+    return max(shares) >= SHARE if shares else None
+
+
+def _readings(text: str) -> tuple[str, ...]:
+    """A text as written and with its JSON escapes read (one reading when it holds none)."""
+    read = unescaped(text)
+    return (text,) if read == text else (text, read)
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(_MARKUP.sub("", text)))

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 TOKENIZER_QUESTION = "is --tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
 """The summary's question when its samples or failures point at another vocabulary (the app words it its way)."""
-_RAW_REFUSAL = re.compile(r"HTTP (?:400|422) from POST (?:/v1/completions|/generate)\b")
-"""A failure of a request whose prompt ids the server refused as they are (`BatchSummary._every_raw_prompt_refused`)."""
+_RAW_REFUSAL = re.compile(r"(?i)HTTP (?:400|422) from POST (?:/v1/completions|/generate)\b.*(?:\btoken ids?\b|vocab)")
+"""A failure of a request whose prompt ids the server refused as they are, in its words (vLLM: "Token id … is out of
+vocabulary"; tokview's simulator: "… list of token ids in [0, 151669)"): not a refused logprob count, an unknown field
+or a prompt past the context (`BatchSummary._every_raw_prompt_refused`)."""
 OTHER_VOCABULARY = "the server's answers read as other text"
 """How a run stopped by `vocabulary_guard` begins its reason: the same command would stop again, so no resume is
 offered."""

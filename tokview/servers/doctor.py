@@ -266,6 +266,7 @@ async def run_checks(ctx: DoctorContext) -> None:
     chat, chat_ids_returned = chat_pair if chat_pair else (None, None)
     served = served_prompt(chat) or await tokenize_prompt(ctx)
     ctx.read_vocabulary(raw, chat if chat_ids_returned else None)
+    ctx.check_vocabulary()
     checks.check_ids(ctx, raw=raw, raw_error=raw_error, chat=chat, chat_ids=chat_ids_returned, chat_error=chat_error)
     probe = raw if raw is not None else chat
     checks.check_opener(ctx, served, list(probe.output_ids) if probe is not None and probe.output_ids else None)

@@ -79,6 +79,10 @@ class CountingPolicy(RetryPolicy):
         return cls(**{f.name: getattr(policy, f.name) for f in fields(RetryPolicy)})
 
 
+VOCABULARY_TITLE = "Vocabulary"
+"""The check `DoctorContext.check_vocabulary` adds."""
+
+
 @dataclass
 class DoctorContext:
     """The running doctor, as a check sees it: ask the server (`raw`, `chat`), judge (`analysis`), say (`add`).
@@ -165,16 +169,31 @@ class DoctorContext:
             if lacking is not None:
                 self.other_vocabulary = f"id {lacking} is none of its ids"
                 return
-            decoded = tok.decode(ids[:PROBE_IDS], skip_special_tokens=False)
+            try:
+                decoded = tok.decode(ids[:PROBE_IDS], skip_special_tokens=False)
+            except Exception:  # a tokenizer's own refusal of its ids (remote code): none of the words
+                decoded = ""
             if reads_as(answer_text(cap), decoded, whole=len(ids) <= PROBE_IDS) is False:
                 self.other_vocabulary = "the answer's ids read as other text than the server said"
                 return
+
+    def check_vocabulary(self) -> None:
+        """A failed check of its own when the server's ids are not this tokenizer's: the checks it skips could fail
+        on it (a doctor that only skipped them passed such a tokenizer, exit 0, where the server returned no prompt
+        ids for "Local tokenizer" to compare)."""
+        if self.other_vocabulary is not None:
+            self.add(
+                "fail",
+                VOCABULARY_TITLE,
+                f"the server's ids are not this tokenizer's: {self.other_vocabulary}",
+                "give doctor (and batch) the served model's tokenizer folder (--tokenizer DIR)",
+            )
 
     def skip_on_other_vocabulary(self, title: str) -> bool:
         """Said as skipped when the server's ids are not this tokenizer's (True: the caller returns)."""
         if self.other_vocabulary is None:
             return False
-        self.add("skip", title, f"skipped: the server's ids are not this tokenizer's ({self.other_vocabulary})")
+        self.add("skip", title, f"skipped: the server's ids are not this tokenizer's (see {VOCABULARY_TITLE})")
         return True
 
     def analysis(self, cap: Capture) -> dict[str, str]:
