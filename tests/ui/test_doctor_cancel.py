@@ -53,3 +53,25 @@ async def test_esc_and_ctrl_c_cancel_the_running_doctor_and_esc_then_goes_back(m
             await pilot.press("escape")  # nothing runs: back to the list
             await pilot.pause()
             assert isinstance(app.screen, SamplesScreen)
+
+
+async def test_the_report_takes_the_focus_from_the_url_so_the_apps_keys_act_again(make_app):
+    """A user pass typed `g`, `S`, `?` after the checks ended: they went into the URL box, still focused
+    (`http://127.0.0.1:18901gS?`), and the next ctrl+s said the URL was bad."""
+    from ui.helpers import until
+
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        app = make_app(server_url=sim.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("D")
+            screen = app.screen
+            assert isinstance(screen, DoctorScreen)
+            await until(pilot, lambda: screen.report is not None, "the doctor's report")
+            await pilot.pause()
+            assert screen.focused is not None and screen.focused.id == "doctor-body", screen.focused
+            await pilot.press("S")
+            await until(pilot, lambda: type(app.screen).__name__ == "StatsScreen", "the stats panel")
+            assert screen.query_one("#doctor-url").value == sim.url

@@ -97,6 +97,8 @@ class DoctorScreen(ForwardsWorkerErrors, Screen[None]):
         report = self.query_one("#doctor-report", Static)
         report.remove_class("-failed")
         report.update(event.report.render_rich())  # as `tokview doctor` prints it
+        if self.focused is self.query_one("#doctor-url", Input):  # read next: the app's one-letter keys (g, S, ?) were
+            self.query_one("#doctor-body", VerticalScroll).focus()  # typed into the URL while its checks ran
 
     def action_cancel(self) -> None:
         """Stop the running checks; the panel stays, saying so."""
