@@ -302,3 +302,25 @@ def test_a_store_from_before_failure_counts_merges_one_failure_with_its_attempts
     with Store(into) as store:
         assert store.query("SELECT sample_id FROM failures") == [("sX",)]
         assert store.query("SELECT sample_id, attempts FROM failure_attempts") == [("sX", 3)]
+
+
+def test_merging_again_a_review_undone_here_says_why_it_takes_nothing(tmp_path, original, capsys):
+    """A user pass undid a merged review one step too many, merged the copy again and got `+0`, every sample still
+    pending, and not a word of why (this store's history already holds the copy's, undone since)."""
+    sample_ids = ids(original)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        for sid in sample_ids[:3]:
+            store.record_verdict(sid, "approved", who="alice")
+    assert "merged the review of 3 samples" in merge(copy, original, capsys)
+    with Store(original) as store:
+        assert store.undo_action(who="carol") is not None  # the merge's review, taken back
+    said = merge(copy, original, capsys)
+    assert "note: 3 samples already in" in said and "undone here since" in said and "not merged again" in said, said
+    with Store(original) as store:
+        assert {store.load_sample(sid).status for sid in sample_ids[:3]} == {"pending"}
+    # a copy that simply holds less than this store (reviewed here since, nothing undone) is no such case
+    with Store(original) as store:
+        store.record_verdict(sample_ids[4], "rejected", reason="dull", who="carol")
+    assert "note: 3 samples already in" in merge(copy, original, capsys)  # not 4

@@ -131,6 +131,12 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
             "the source's was not merged (review them here, or in the app)",
             file=sys.stderr,
         )
+    if added.get("verdicts_undone_here"):  # merging again took nothing, and said nothing of why
+        print(
+            f"tokview: note: {added['verdicts_undone_here']} samples already in {into} hold the review {src} holds, "
+            "undone here since (`tokview review --history` shows the undo): not merged again",
+            file=sys.stderr,
+        )
     if added.get("notes_taken"):
         print(
             f"tokview: merged the notes and tags {src} added to {added['notes_taken']} samples both stores reviewed "

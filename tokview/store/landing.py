@@ -402,7 +402,7 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
     conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
-    taken, kept, noted = merged_review.take_review(conn, verdict_cols, action)
+    taken, kept, noted, undone = merged_review.take_review(conn, verdict_cols, action)
     scores_taken, scores_kept = take_scores(conn, sample_cols)
     added = {
         "samples": samples,
@@ -411,6 +411,7 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
         "verdicts_taken": taken,
         "verdicts_kept": kept,
         "notes_taken": noted,
+        "verdicts_undone_here": undone,
         "other_ids": int(differ[0]) if differ else 0,
         "scores_taken": scores_taken,
         "scores_kept": scores_kept,

@@ -61,9 +61,10 @@ def verdict_columns(conn: duckdb.DuckDBPyConnection) -> str:
     return ", ".join([*_VERDICT_COLUMNS, *(["override"] if "override" in shared else [])])
 
 
-def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: MergedReview) -> tuple[int, int, int]:
+def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: MergedReview) -> tuple[int, int, int, int]:
     """The review a source added to samples this store holds too: (samples whose review came across, samples whose
-    review here was kept though the source's differs, samples given the source's notes or tags beside it).
+    review here was kept though the source's differs, samples given the source's notes or tags beside it, samples
+    whose review here is the source's undone since: `undone_here`).
 
     Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
     only new samples brought their verdicts. A sample's review comes across when this store's events for it are
@@ -123,9 +124,25 @@ def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: Merg
     counted = conn.execute("SELECT count(*) FROM _merge_take").fetchone()
     taken = int(counted[0]) if counted else 0
     noted = _take_notes(conn)
+    undone = undone_here(conn)
     for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
         conn.execute(f"DROP TABLE {table}")
-    return taken, int(kept[0]) if kept else 0, noted
+    return taken, int(kept[0]) if kept else 0, noted, undone
+
+
+def undone_here(conn: duckdb.DuckDBPyConnection) -> int:
+    """Samples whose history here is the source's and then only undos, the source's status not theirs: the source's
+    review was merged (or copied from here) and undone since. Merging it again takes nothing (this store's history
+    already holds it), and a user pass found the merge silent on it: `+0`, every sample still pending. Counted, so the
+    merge says why."""
+    row = conn.execute(
+        "SELECT count(*) FROM _merge_hist h JOIN src.samples s USING (sample_id) JOIN main.samples m USING "
+        "(sample_id) WHERE h.sample_id IN (SELECT sample_id FROM _merge_same) AND h.sample_id NOT IN (SELECT "
+        "sample_id FROM _merge_take) AND s.status <> m.status AND len(main_ev) > len(src_ev) "
+        "AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev "
+        "AND len(list_filter(main_ev[len(src_ev) + 1:], lambda e: e.k <> 'undo')) = 0"
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _take_notes(conn: duckdb.DuckDBPyConnection) -> int:
