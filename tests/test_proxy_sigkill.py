@@ -492,3 +492,30 @@ def test_a_kill_of_the_proxy_and_its_recorder_together_loses_no_answer_a_client_
     assert sorted(n for n in range(3) for r in rows if f"question {n}" in r[0]) == [0, 1, 2], rows
     assert not list(tmp_path.glob(".tokview-proxy-spool-*"))
     assert secret.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_a_json_answer_is_handed_to_the_recorder_before_the_client_has_it(tmp_path, monkeypatch):
+    """The kill test above lost its last answer now and then on a busy box: the proxy sent the answer, was preempted,
+    and the client had it (and killed the proxy) before the hand-over that came after the write. It comes first now."""
+    from tokview.proxy import wire
+    from tokview.proxy.recorder import Recorder
+    from tokview.proxy.serve import ProxyConfig, start_proxy
+
+    order: list[str] = []
+    take, whole = Recorder.take, wire.Responder.whole
+
+    def taking(self, item, sample_id=None):
+        order.append("take")
+        return take(self, item, sample_id)
+
+    async def writing(self, *args, **kwargs):
+        order.append("whole")
+        return await whole(self, *args, **kwargs)
+
+    monkeypatch.setattr(Recorder, "take", taking)
+    monkeypatch.setattr(wire.Responder, "whole", writing)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), record_in="thread")
+        with start_proxy(config) as proxy:
+            _ask_three(proxy.url, sim.cfg.model_name)
+    assert order[-6:] == ["take", "whole"] * 3, order

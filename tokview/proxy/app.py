@@ -524,8 +524,10 @@ class ProxyApp:
             out = ids.strip_body(raw, injection) if injection is not None else raw
         except ValueError as exc:  # an id value cut short: the proxy cannot give the answer without its ids
             raise UpstreamBrokeOff(f"its answer is malformed ({exc})") from None
+        if not client.lost:  # handed over before the answer goes out: a SIGKILL the moment the client has it (a
+            # harness that kills the proxy after its last answer) lost it to a race the proxy lost now and then
+            self._record_later(ex, raw, stream=False)
         await client.whole(response.status, _response_headers(response, decoder=decoder), out, response.reason)
-        self._record_later(ex, raw, stream=False)
 
     async def _relay_stream(
         self, ex: _Exchange, response: UpstreamResponse, client: Responder, decoder: BodyDecoder | None
