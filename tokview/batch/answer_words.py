@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokview.core.record import Capture
+    from tokview.core.tokenizer import TokenizerAdapter
 
 PROBE_IDS = 1024
 """Output ids of a sample read back: a 14,000-id reasoning trace is probed by its start, not left out."""
@@ -63,6 +64,22 @@ _ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "\\
 def _read_escape(match: re.Match[str]) -> str:
     code, char = match.groups()
     return chr(int(code, 16)) if code else _ESCAPED[char]
+
+
+def read_back(capture: Capture, tokenizer: TokenizerAdapter) -> tuple[bool | None, str, str]:
+    """(`reads_as` of the capture's answer against `tokenizer`'s decode of its first `PROBE_IDS` ids, the server's
+    text, the decode): the one reading batch's first answers, the proxy and doctor make with their own tokenizer.
+    None when there are no ids to read (a dual capture without its chat ids). A decode the tokenizer refuses (an id
+    it lacks) reads as none of the words."""
+    ids = answer_ids(capture)
+    text = answer_text(capture)
+    if not ids:
+        return None, text, ""
+    try:
+        decoded = tokenizer.decode(ids[:PROBE_IDS], skip_special_tokens=False)
+    except Exception:  # its own error, or an OverflowError
+        decoded = ""
+    return reads_as(text, decoded, whole=len(ids) <= PROBE_IDS), text, decoded
 
 
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:

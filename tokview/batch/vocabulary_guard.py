@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokview.batch.answer_words import PROBE_IDS, TOLD, answer_ids, answer_text, reads_as
+from tokview.batch.answer_words import TOLD, read_back
 from tokview.batch.config import OTHER_VOCABULARY
 from tokview.untrusted_text import printable_line
 
@@ -46,15 +46,9 @@ class AnswerVocabularyCheck:
     def see(self, capture: Capture, tokenizer: TokenizerAdapter | None) -> str | None:
         """Why the run stops, once `TOLD` answers were told and more of them read as other text than as their own;
         else None. Answers after that are not looked at (the check costs one decode of `PROBE_IDS` ids each)."""
-        ids = answer_ids(capture)
-        if self.told >= TOLD or tokenizer is None or not ids:
+        if self.told >= TOLD or tokenizer is None:
             return None
-        text = answer_text(capture)
-        try:
-            decoded = tokenizer.decode(ids[:PROBE_IDS], skip_special_tokens=False)
-        except Exception:  # an id this tokenizer lacks (its own error, or an OverflowError): none of the words
-            decoded = ""
-        agrees = reads_as(text, decoded, whole=len(ids) <= PROBE_IDS)
+        agrees, text, decoded = read_back(capture, tokenizer)
         if agrees is None:
             return None
         if agrees:

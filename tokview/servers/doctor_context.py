@@ -159,21 +159,17 @@ class DoctorContext:
         """Set `other_vocabulary` from the probes' answers: an id this tokenizer lacks, or ids whose decode holds
         next to none of the words the server said of them (batch's first-answers test: a Qwen3 server read with the
         Kimi layout, whose ids it all holds)."""
-        from tokview.batch.answer_words import PROBE_IDS, answer_ids, answer_text, reads_as
+        from tokview.batch.answer_words import answer_ids, read_back
 
         tok = self.tokenizer
         for cap in captures:
-            if tok is None or cap is None or not (ids := answer_ids(cap)):
+            if tok is None or cap is None:
                 continue
-            lacking = next((i for i in ids if not tok.has_id(i)), None)
+            lacking = next((i for i in answer_ids(cap) if not tok.has_id(i)), None)
             if lacking is not None:
                 self.other_vocabulary = f"id {lacking} is none of its ids"
                 return
-            try:
-                decoded = tok.decode(ids[:PROBE_IDS], skip_special_tokens=False)
-            except Exception:  # a tokenizer's own refusal of its ids (remote code): none of the words
-                decoded = ""
-            if reads_as(answer_text(cap), decoded, whole=len(ids) <= PROBE_IDS) is False:
+            if read_back(cap, tok)[0] is False:
                 self.other_vocabulary = "the answer's ids read as other text than the server said"
                 return
 
