@@ -519,3 +519,44 @@ def test_a_json_answer_is_handed_to_the_recorder_before_the_client_has_it(tmp_pa
         with start_proxy(config) as proxy:
             _ask_three(proxy.url, sim.cfg.model_name)
     assert order[-6:] == ["take", "whole"] * 3, order
+
+
+def test_a_streamed_answer_is_handed_to_the_recorder_before_the_client_has_its_done(tmp_path, monkeypatch):
+    """The same race for a stream: the hand-over came after the client had `[DONE]` (and the end of the body), so a
+    harness that killed the proxy the moment its stream ended could lose that answer. It comes before `[DONE]` goes
+    out now, once (the end of the body hands nothing over again)."""
+    from tokview.proxy import wire
+    from tokview.proxy.recorder import Recorder
+    from tokview.proxy.serve import ProxyConfig, start_proxy
+
+    order: list[str] = []
+    take, send = Recorder.take, wire.Responder.send
+
+    def taking(self, item, sample_id=None):
+        order.append("take")
+        return take(self, item, sample_id)
+
+    async def sending(self, data):
+        if b"[DONE]" in data:
+            order.append("done")
+        return await send(self, data)
+
+    monkeypatch.setattr(Recorder, "take", taking)
+    monkeypatch.setattr(wire.Responder, "send", sending)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        db = tmp_path / "p.duckdb"
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(db), record_in="thread")
+        with start_proxy(config) as proxy:
+            for n in range(3):
+                body = {
+                    "model": sim.cfg.model_name,
+                    "messages": [{"role": "user", "content": f"question {n}"}],
+                    "max_tokens": 8,
+                    "stream": True,
+                }
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, timeout=30) as r:
+                    assert r.status_code == 200
+                    assert b"data: [DONE]" in b"".join(r.iter_bytes())
+    assert order == ["take", "done"] * 3, order
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(3,)]

@@ -6,7 +6,8 @@ and send back what the upstream sends as it arrives: a JSON answer whole with th
 (`ids.strip_body`), a stream event by event with the id-only events dropped. Every other path goes through
 untouched. When the client goes away the upstream request is closed at once (the server stops generating), and the
 request is recorded as abandoned.
-A finished generation is handed to the recorder after its last byte went out, as the bytes that came
+A finished generation is handed to the recorder just before its last byte goes out (a JSON body, a stream's
+`[DONE]`: a harness that kills the proxy the moment it has its last answer must find it recorded), as the bytes that came
 in (`recorder.Finished`): parsing them, the capture, the session and the analysis all happen in the
 recorder (its threads, or its own process), never on the loop a client's bytes go through.
 """
@@ -135,9 +136,11 @@ class _Exchange:
     parsed: Any = field(default_factory=lambda: _UNREAD)
     """The generation request's body as read (`ProxyApp._parsed`), `_UNREAD` until it is."""
     delivered: list[bytes] | None = None
-    """A stream whose `data: [DONE]` the client has been sent: the pieces read so far. The client holds the
+    """A stream whose `data: [DONE]` the client is being sent: the pieces read so far. The client holds the
     whole answer then, so its leaving before the upstream's body ends (the `openai` client stops reading at
     `[DONE]`) is no abandonment: the answer is recorded."""
+    recorded: bool = False
+    """Handed to the recorder already (a stream's, just before its `[DONE]` went out): never handed twice."""
     too_large: str | None = None
     """Why the answer was forwarded without being held (it passed the most bytes one may hold): recorded as that."""
 
@@ -559,10 +562,11 @@ class ProxyApp:
             except ValueError as exc:  # an id value cut short in an event: the stream cannot go on unchanged
                 raise UpstreamBrokeOff(f"its stream is malformed ({exc})") from None
             if out:
+                if b"[DONE]" in out and DONE_EVENT.search(out) and ex.too_large is None and not client.lost:
+                    ex.delivered = pieces  # handed over before `[DONE]` goes out, as a JSON answer is (`_relay_json`)
+                    self._record_later(ex, b"".join(pieces), stream=True)
                 await client.send(out)
                 ex.chunks_sent += n
-                if b"[DONE]" in out and DONE_EVENT.search(out) and ex.too_large is None:
-                    ex.delivered = pieces
         if decoder is not None and (tail := decoder.end()):
             pieces.append(tail)
             splitter.feed_whole(tail)
@@ -615,9 +619,11 @@ class ProxyApp:
         self._failure(ex, f"{who} after {ex.chunks_sent} chunks (the upstream request was closed)")
 
     def _record_later(self, ex: _Exchange, raw: bytes, *, stream: bool) -> None:
-        """Hand the finished exchange over as the bytes that came in (the client has every one of them)."""
-        if self.recorder is None or ex.request is None or ex.endpoint is None:
+        """Hand the finished exchange over as the bytes that came in (the client has, or is being sent, every one
+        of them), once."""
+        if self.recorder is None or ex.request is None or ex.endpoint is None or ex.recorded:
             return
+        ex.recorded = True
         named, user = self._session_of(ex)
         up = ex.upstream
         self.recorder.take(
