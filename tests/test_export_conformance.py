@@ -450,3 +450,38 @@ def test_rows_longer_than_a_trainers_default_length_are_counted_and_the_exact_co
         and f"at least {longest}" in w
         for w in m["warnings"]
     )
+
+
+def test_a_kimi_inline_row_cut_inside_its_reasoning_has_no_closer_the_model_never_wrote(
+    qwen_tok, qwen_profile, tmp_path
+):
+    """The `kimi-inline` writer put `</think>` after every reasoning: a sample cut at its max tokens inside its
+    reasoning (exported with `--select all`) became `<think>…</think>` with an empty answer, a closer a trainer's
+    tokenizer turns into an id the model never produced there. The row is `<think>…` as cut, with `truncated`."""
+    from tokview.export.audit import audit, split_inline
+    from tokview.store import SampleFilter
+
+    assert split_inline("<think>\nOkay", qwen_profile) is None  # not said to be cut: an opener typed as text
+    assert split_inline("<think>\nOkay", qwen_profile, cut=True) == ("\nOkay", "")
+    fam = Family(qwen_tok, qwen_profile)
+    cut = fam.capture("what is the answer", "unused")
+    cut.output_ids = [qwen_profile.think_open_id, *qwen_tok.encode("\nOkay , let me think about")]
+    cut.finish_reason = "length"
+    whole = fam.capture("why", "because")
+    with Store(tmp_path / "src.duckdb") as store:
+        store.put_run("run1", profile=qwen_profile.name, tokenizer_hash=qwen_tok.fingerprint())
+        for prompt_id, cap in (("cut", cut), ("whole", whole)):
+            sid = sample_id_for(prompt_id, cap.settings, 0, None)
+            store.put_sample(sid, prompt_id, "run1", cap, analyze(cap, qwen_profile, qwen_tok), gen_index=0)
+        export(store, "kimi-inline", tmp_path / "ki.jsonl", select="all", tokenizer=qwen_tok, profile=qwen_profile)
+    rows = {r["id"].split("_")[0].split("#")[0]: r for r in _jsonl(tmp_path / "ki.jsonl")}
+    assert rows["cut"]["conversations"][-1]["content"] == "<think>\nOkay , let me think about"
+    assert rows["cut"]["truncated"] is True
+    assert rows["whole"]["conversations"][-1]["content"] == "<think>\nOkay , let me think\n</think>\n\nbecause"
+    assert "truncated" not in rows["whole"]
+    with Store(tmp_path / "a.duckdb") as s2:
+        audit(s2, tmp_path / "ki.jsonl", tokenizer=qwen_tok, profile=qwen_profile)
+        pages = {r.prompt_id: r for r in s2.samples_page(SampleFilter(run_id="audit-ki"), limit=10)}
+        read_back = s2.load_sample(pages["cut"].sample_id)
+    assert read_back.capture.output_ids == cut.output_ids  # as served: no closer, no stop
+    assert "truncated" in [f.code for f in read_back.findings]

@@ -132,16 +132,21 @@ def encode_literal(tokenizer: TokenizerAdapter, text: str) -> list[int]:
     return tokenizer.encode_literal(text)
 
 
-def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
+def split_inline(content: str, profile: ModelProfile, *, cut: bool = False) -> tuple[str, str] | None:
     """(reasoning, answer) of content that opens with the think opener and closes it: reasoning inline,
     as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it; or of content that closes reasoning
     it never opened, once (pitfall P1: a server without a reasoning parser, its template pre-filling the opener,
     answers `reasoning</think>answer`; DeepSeek-R1 distills are written so), which Qwen3's template itself splits
     so when it renders it. Read as text, its closer was an error (`think_close_repeated`, `literal_think_text`) on
     a row a trainer reads as reasoning and answer. A row that also has a reasoning field keeps any "<think>" in its
-    content literal (someone typed it)."""
+    content literal (someone typed it). `cut`: the row says it was cut at its max tokens (`truncated`), so content
+    that opens reasoning and never closes it is reasoning cut short (the kimi-inline export writes no closer there)."""
     opener, closer = profile.think_open, profile.think_close
-    if not profile.has_reasoning or closer not in content:
+    if not profile.has_reasoning:
+        return None
+    if cut and opener and content.startswith(opener) and closer not in content:
+        return content[len(opener) :], ""
+    if closer not in content:
         return None
     if content.startswith(opener):
         reasoning, _, answer = content[len(opener) :].partition(closer)
@@ -343,8 +348,9 @@ def from_conversation(
     for name, value in (("content", content), ("reasoning", reasoning)):
         if not isinstance(value, str):
             raise PromptError(f"the last assistant turn's {name} is a {type(value).__name__}, not text")
+    truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
     if field_name is None:
-        inline = split_inline(content, profile)
+        inline = split_inline(content, profile, cut=truncated)
         if inline is not None:  # the Kimi-inline shape (tokview's own kimi-inline export): structure, not text
             reasoning, content = inline
             field_name = "inline"
@@ -356,7 +362,6 @@ def from_conversation(
     think = thinking if opener is not None and closer is not None else None  # a plain model's rows: answers only
     kwargs = with_tools(profile.template_kwargs(think), parsed.tools)  # declared as a server's template does
     prompt = tokenizer.render(history, template_kwargs=kwargs)
-    truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
     harmony = _harmony_answer(tokenizer, messages[last], reasoning, content, truncated)
     if profile.format == HARMONY and harmony is not None:
         output = harmony

@@ -72,6 +72,8 @@ class Texts:
     reasoning: str | None
     """None when the output never entered reasoning (thinking off)."""
     content: str
+    closed: bool = True
+    """False when the reasoning never ended (an answer cut at its max tokens inside it): no closer is written."""
 
 
 REASONING_KINDS = (seg.PREFILLED_OPENER, seg.OPENER, seg.REASONING, seg.CLOSER)
@@ -96,7 +98,8 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Tokenizer
         return tokenizer.decode([t for s in output_segments if s.kind == kind for t in ids[s.start : s.end]])
 
     opened = any(s.kind in REASONING_KINDS for s in output_segments)
-    return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER))
+    closed = not opened or any(s.kind == seg.CLOSER for s in output_segments)
+    return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER), closed)
 
 
 def _harmony_texts(capture: Capture, tokenizer: TokenizerAdapter) -> Texts:
@@ -450,6 +453,8 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     texts = texts_from_ids(item.capture, profile, tokenizer)
     content = texts.content
     if texts.reasoning is not None:
-        content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
+        # cut inside its reasoning: no closer the model never wrote (`truncated: true` says the row was cut)
+        closer = profile.think_close if texts.closed else ""
+        content = f"{profile.think_open}{texts.reasoning}{closer}{content}"
     row = {**_row_id(item), "conversations": history + [{"role": "assistant", "content": prefill + content}]}
     return {**row, **_cut(item, profile)}
