@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
 from ui.helpers import settle
@@ -380,3 +382,42 @@ async def test_cancelling_while_the_server_is_probed_is_no_error(make_app, store
             errors = [str(n.message) for n in app._notifications if n.severity == "error"]
     assert line.startswith("cancelled: ")
     assert errors == []
+
+
+async def test_doctor_panel_says_its_advice_as_the_app_takes_it(make_app, qwen_tok_dir):
+    """Against a server whose vocabulary is not the app's tokenizer's, the panel said the CLI's advice, "give doctor
+    (and batch) the served model's tokenizer folder (--tokenizer DIR)": the panel has no such field; the app takes its
+    tokenizer when it starts."""
+    from pathlib import Path
+
+    import tokview.servers as servers
+    from tokview.ui.screens.doctor import APP_DOCTOR_WORDS
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir, profile="qwen3")) as qwen:
+        app = make_app(server_url=qwen.url)  # the app holds the Kimi layout
+        async with app.run_test(size=(120, 60)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("D")
+            await settle(app, pilot)
+            screen = app.screen
+            assert isinstance(screen, DoctorScreen) and screen.report is not None
+            shown = str(screen.query_one("#doctor-report", Static).render())
+    assert any(c.title == "Vocabulary" and c.status == "fail" for c in screen.report.checks)
+    assert "start the app with the served model's tokenizer folder (`tokview ui --tokenizer DIR`)" in shown
+    assert "(--tokenizer DIR)" not in shown
+    source = "".join(p.read_text() for p in Path(servers.__file__).parent.glob("doctor*.py"))
+    joined = re.sub(r'"\s*\n\s*f?"', "", source)  # adjacent string literals read as one
+    stale = [cli for cli, _ in APP_DOCTOR_WORDS if cli not in joined]
+    assert not stale, stale  # every phrase reworded is still one the report says
+
+
+def test_doctor_report_advice_in_app_words():
+    from tokview.ui.screens.doctor import in_app_words
+
+    assert in_app_words("  → use --profile kimi-k2 (its template pre-fills the opener)") == (
+        "  → start the app with `tokview ui --profile kimi-k2` (its template pre-fills the opener)"
+    )
+    assert in_app_words("  → capture with --mode chat (the endpoint that returns ids)") == (
+        "  → capture with the generate panel's mode parsed chat (the endpoint that returns ids)"
+    )
+    assert "--reasoning-parser qwen3" in in_app_words("  → start the server with --reasoning-parser qwen3")

@@ -10,7 +10,7 @@ stream the ids a whole answer does), from real requests, judged by the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -136,15 +136,17 @@ class DoctorReport:
         """The report as plain text (`tokview doctor`)."""
         return "\n".join(line.text for line in self.lines())
 
-    def render_rich(self) -> Text:
-        """The same lines as Rich text, each in its status colour (the app's doctor panel)."""
+    def render_rich(self, reword: Callable[[str], str] | None = None) -> Text:
+        """The same lines as Rich text, each in its status colour (the app's doctor panel); `reword`: the panel's
+        wording of a line's advice (the CLI's flags said as the app takes them)."""
         from rich.text import Text
 
         from tokview.untrusted_text import printable
 
         text = Text()
         for i, line in enumerate(self.lines()):  # a server's own words among them: never its terminal escapes
-            text.append(("\n" if i else "") + printable(line.text), line.style or None)
+            said = reword(line.text) if reword is not None else line.text
+            text.append(("\n" if i else "") + printable(said), line.style or None)
         return text
 
 

@@ -1,8 +1,10 @@
 """The doctor panel: the `tokview doctor` report for the connected server, rendered by the report itself
-(`DoctorReport.render_rich`: the CLI's lines, each mark in its status colour)."""
+(`DoctorReport.render_rich`: the CLI's lines, each mark in its status colour), its advice in the app's words (a
+`--tokenizer DIR` the panel has no field for is `tokview ui --tokenizer DIR`)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -21,6 +23,43 @@ from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 if TYPE_CHECKING:
     from tokview.servers.doctor import DoctorReport
     from tokview.ui.session import Session
+
+
+UI_TOKENIZER = "`tokview ui --tokenizer DIR`"
+APP_DOCTOR_WORDS = (
+    (
+        "give doctor (and batch) the served model's tokenizer folder (--tokenizer DIR)",
+        f"quit, and start the app with the served model's tokenizer folder ({UI_TOKENIZER}): its checks and the "
+        "generate panel read ids with it",
+    ),
+    (
+        "give doctor the served model's own tokenizer folder (--tokenizer DIR)",
+        f"start the app with the served model's own tokenizer folder ({UI_TOKENIZER})",
+    ),
+    (
+        "point --tokenizer at the server's own tokenizer and chat template",
+        f"start the app with the server's own tokenizer and chat template ({UI_TOKENIZER})",
+    ),
+    ("(none: pass --tokenizer)", f"(none: start the app with {UI_TOKENIZER})"),
+    ("(needs --tokenizer)", f"(needs a tokenizer: start the app with {UI_TOKENIZER})"),
+    ("leave --profile out to detect it", "start the app without --profile to detect it"),
+    ("check --profile", "check the app's profile (`tokview ui --profile NAME` sets another)"),
+    ("pass the server the redirect names as --server", "give the server the redirect names in the URL box"),
+    ("run doctor with --no-thinking", "run `tokview doctor --server URL --no-thinking`"),
+)
+"""The CLI report's advice as the panel can act on it: the app takes its tokenizer and profile when it starts, its
+server in the URL box (`tokview batch`'s and the server's own flags, named as commands, stay)."""
+_USE_PROFILE = re.compile(r"use --profile (\S+)")
+_CAPTURE_MODE = re.compile(r"capture with --mode (raw|chat)")
+_FORM_MODE = {"raw": "raw ids", "chat": "parsed chat"}
+
+
+def in_app_words(line: str) -> str:
+    """A report line with its CLI advice as the app takes it (`APP_DOCTOR_WORDS`)."""
+    for cli, app in APP_DOCTOR_WORDS:
+        line = line.replace(cli, app)
+    line = _USE_PROFILE.sub(r"start the app with `tokview ui --profile \1`", line)
+    return _CAPTURE_MODE.sub(lambda m: f"capture with the generate panel's mode {_FORM_MODE[m[1]]}", line)
 
 
 class DoctorScreen(ForwardsWorkerErrors, Screen[None]):
@@ -96,7 +135,7 @@ class DoctorScreen(ForwardsWorkerErrors, Screen[None]):
         self.report = event.report
         report = self.query_one("#doctor-report", Static)
         report.remove_class("-failed")
-        report.update(event.report.render_rich())  # as `tokview doctor` prints it
+        report.update(event.report.render_rich(in_app_words))  # as `tokview doctor` prints it, advice as the app acts
         if self.focused is self.query_one("#doctor-url", Input):  # read next: the app's one-letter keys (g, S, ?) were
             self.query_one("#doctor-body", VerticalScroll).focus()  # typed into the URL while its checks ran
 
