@@ -34,11 +34,12 @@ from tokview.store import Store  # noqa: E402
 TOKVIEW = [sys.executable, "-m", "tokview"]
 FILL = (
     "INSERT INTO samples (sample_id, prompt_id, run_id, gen_index, prompt_ids, output_ids, finish_reason, status, "
-    "valid, n_errors, codes, prompt_len, output_len, supervised, content, created_at) "
+    "valid, n_errors, codes, prompt_len, output_len, supervised, content, messages, created_at) "
     "SELECT {ids}, {prompts}, 'run' || (i % 4), 0, range(0, 40)::INTEGER[], range(0, 100 + i % 50)::INTEGER[], "
     "CASE WHEN i % 20 = 0 THEN 'length' ELSE 'stop' END, CASE WHEN i % 50 = 0 THEN 'approved' ELSE 'pending' END, "
     "i % 20 <> 0, CAST(i % 20 = 0 AS INTEGER), CASE WHEN i % 20 = 0 THEN ['truncated'] ELSE [] END, 40, "
-    "100 + i % 50, 100 + i % 50, 'answer number ' || i, now() + to_microseconds(i) FROM {source}"
+    "100 + i % 50, 100 + i % 50, 'answer number ' || i, "
+    '\'[{{"role":"user","content":"question \' || i || \'"}}]\', now() + to_microseconds(i) FROM {source}'
 )
 
 

@@ -31,6 +31,7 @@ from tokview.core.prompts import (
     PromptError,
     PromptRow,
     generated_turns,
+    generation_points,
     iter_jsonl,
     json_error,
     kind_of,
@@ -271,6 +272,11 @@ class CheckedRow:
     first: bool = True
     agent: bool = False
     """The row is an agent trace (`tools`, `tool_calls` or tool results): only the chat path sends those."""
+    asked: int | None = None
+    """A single-turn row's `conversation_digest` of the messages its samples are asked with (its generation point's
+    history: without a last assistant turn to regenerate, without reasoning), as a sample stores them: a resume
+    holds it against its stored samples' (`WorkList.changed_row`), since a row may change under its id. None for
+    other rows."""
 
 
 def check_prompts_path(path: str | Path) -> Path:
@@ -416,16 +422,23 @@ def _check_chunk(
         quick = _fast_scan(obj) if text is not None and not want_rows else None
         if quick is not None:
             prompt_id, turns, digest = quick
-            out.append(CheckedRow(n, prompt_id, turns))
+            asked = None
+            if turns == [None]:  # plain role/content turns: the history is the turns before a last assistant one
+                messages = obj["messages"]
+                regenerates = messages[-1]["role"] == "assistant"
+                asked = conversation_digest(messages[:-1]) if regenerates else digest
+            out.append(CheckedRow(n, prompt_id, turns, asked=asked))
         else:
             try:
                 row = checked_row(n, obj, text)
                 digest = conversation_digest([row.tools, *row.messages] if row.tools else row.messages)
+                turns = generation_turns(row.messages)
+                asked = conversation_digest(generation_points(row)[0].history) if turns == [None] else None
             except PromptError as exc:
-                out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
+                out.append(CheckedRow(n, "", [], bad=bad_message(str(exc), n, label)))
                 continue
             prompt_id = row.prompt_id
-            out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row, agent=is_agent_trace(row)))
+            out.append(CheckedRow(n, prompt_id, turns, row, agent=is_agent_trace(row), asked=asked))
         keys.append(hash(prompt_id))
         digests.append(digest)
         lines.append(n)
@@ -437,7 +450,7 @@ def _check_chunk(
             if same:
                 checked.first = False
             else:
-                checked.bad = _bad_message(
+                checked.bad = bad_message(
                     f"line {checked.line}: id {checked.prompt_id!r} conflicts with {label} {first_line}: "
                     f"same id, different conversation (give one of them another id)",
                     checked.line,
@@ -451,7 +464,7 @@ def _check_chunk(
     return out
 
 
-def _bad_message(message: str, n: int, label: str) -> str:
+def bad_message(message: str, n: int, label: str) -> str:
     if not message.startswith(("line ", "row ")):
         return f"{label} {n}: {message}"
     if label == "row":
@@ -487,7 +500,7 @@ def agent_mode_refusal(checked: CheckedRow, mode: str, label: str = "line") -> s
     `label`: "row" for a Parquet file, as every other message of one says."""
     if not checked.agent or mode == "chat":
         return None
-    return _bad_message(
+    return bad_message(
         f"line {checked.line}: the row {AGENT_ROW} "
         f"sends as the file means it (--mode {mode} renders no tools and reads no calls)",
         checked.line,

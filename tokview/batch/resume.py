@@ -87,7 +87,9 @@ async def resume_shortcut(
         if callable(store):
             store = store()
         store.ingest()  # parts a killed or concurrent batch left count as stored
-        work = plan_work(config, config.sample_settings(ids), store.stored_ids_with)
+        work = plan_work(
+            config, config.sample_settings(ids), store.stored_ids_with, stored_prompts=store.stored_prompts_with
+        )
         if probe_kwargs is not None:
             if work.todo:
                 release()  # work is left: the tokenizer loads while the servers answer the probe's generations

@@ -296,7 +296,10 @@ async def _run(
     if planned is None:
         if not isinstance(store, LandingChild):  # parts a killed or concurrent batch left count as stored
             await loop.run_in_executor(None, store.ingest)
-        planned = await loop.run_in_executor(None, plan_work, config, sample_settings, store.stored_ids_with, prompts)
+        stored_prompts = None if isinstance(store, LandingChild) else store.stored_prompts_with
+        planned = await loop.run_in_executor(
+            None, plan_work, config, sample_settings, store.stored_ids_with, prompts, stored_prompts
+        )
     work = planned
     queue = work.queue()  # streamed from the prompts file as the workers take it
     todo: Any = queue

@@ -33,14 +33,17 @@ from tokview.batch.chains import ChainItem
 from tokview.batch.inputs import (
     InputError,
     agent_mode_refusal,
+    bad_message,
     check_prompts_path,
     checked_row,
+    conversation_digest,
     generation_turns,
     is_agent_trace,
     is_parquet,
     iter_checked_chunks,
     iter_rows_flagged,
     line_bytes,
+    located,
     open_lines,
 )
 from tokview.core.prompts import PromptError, PromptRow, generation_points
@@ -84,6 +87,9 @@ class WorkList:
     prompt id): a row edited since planning is noticed, not generated, even when its id and the file's
     size stay the same."""
     stored: frozenset[str] | set[str] = frozenset()
+    stored_digests: dict[str, int] | None = None
+    """`conversation_digest` of the messages each stored single-turn prompt was asked with, by prompt id: its row
+    in the file now, under the same id, may say something else (`changed_row`)."""
     file_state: tuple[int, int] | None = None
     chain_key: str | None = None
     """The settings key of a multi-turn row's turns regenerated as a chain (`--history served`: the key of
@@ -95,6 +101,18 @@ class WorkList:
     @property
     def input(self) -> int:
         return self.planned + self.duplicates + len(self.bad)
+
+    def changed_row(self, prompt_id: str, where: int, label: str) -> str:
+        """Why a single-turn row whose samples are stored is not resumed: its messages are not those they were
+        asked with (`stored_digests`: the row was edited under its id, or an older tokview read it otherwise, a
+        `system` beside its messages). A bad row, never taken as done: its stored samples answer the old text."""
+        return bad_message(
+            f"line {where}: changed since it was stored: the samples stored under its id {json.dumps(prompt_id)} were "
+            "asked with other messages (a changed row is never taken as done: give it a new id to ask it, or use "
+            "another --db)",
+            where,
+            label,
+        )
 
     def sample_ids(self, prompt_id: str, turns: list[int | None]) -> Iterator[tuple[int | None, int, str]]:
         """(turn, index, sample id) of a row's slots in this shard: `runner.plan`'s ids.
@@ -250,11 +268,14 @@ def plan_work(
     settings: dict[str, Any],
     stored_ids: Callable[[str], set[str]],
     rows: list[PromptRow] | None = None,
+    stored_prompts: Callable[[str], list[tuple[str, str]]] | None = None,
 ) -> WorkList:
     """Plan a batch: `rows` given (the app's), else `config.prompts_path` streamed.
 
     `stored_ids(fragment)` gives the stored sample ids that contain `fragment` (`@KEY_gen`, what
-    every id of these settings holds): the resume anti-join, as one set."""
+    every id of these settings holds): the resume anti-join, as one set. `stored_prompts(fragment)`
+    (`Store.stored_prompts_with`) the messages the stored single-turn samples were asked with, held
+    against the file's rows (`WorkList.changed_row`)."""
     key = settings_key(settings)
     chain_key = settings_key(chain_settings(settings, config)) if config.history == "served" else None
     for turn in (None, 1):  # the one definition of a sample id stays core.record's
@@ -270,6 +291,8 @@ def plan_work(
     work.stored = stored_ids(f"@{key}_gen")
     if chain_key is not None:
         work.stored = {*work.stored, *stored_ids(f"@{chain_key}_gen")}
+    if stored_prompts is not None and work.stored and path is not None:
+        work.stored_digests = _digests(stored_prompts(f"@{key}_gen0"))
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
     if path is not None and work.lines and not is_parquet(path):
@@ -277,6 +300,17 @@ def plan_work(
     if config.shard is not None and config.shard[0] != 1:  # duplicate and bad rows are counted once, by shard 1
         work.duplicates, work.bad = 0, []
     return work
+
+
+def _digests(stored: list[tuple[str, str]]) -> dict[str, int]:
+    """`conversation_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
+    out: dict[str, int] = {}
+    for prompt_id, messages in stored:
+        try:
+            out[prompt_id] = conversation_digest(orjson.loads(messages))
+        except (orjson.JSONDecodeError, PromptError):  # unreadable as stored: nothing to hold the row against
+            continue
+    return out
 
 
 def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: list[PromptRow] | None) -> None:
@@ -291,23 +325,40 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
     elif path is not None:
         simple = work.samples_per_prompt == 1 and work.shard is None
         tail, stored, lines, checks = f"@{work.key}_gen0", work.stored, work.lines, work.id_checks
+        asked_before = work.stored_digests or {}
         label = "row" if is_parquet(path) else "line"
         for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
             for checked in chunk:
                 if checked.bad is None and checked.agent:
                     checked.bad = agent_mode_refusal(checked, config.mode, label)
                 if checked.bad is not None:
-                    work.bad.append(checked.bad)
+                    _bad_row(work, config, path, checked.bad)
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
-                    work.planned += 1
                     if sample_head(checked.prompt_id, None) + tail in stored:
+                        if asked_before.get(checked.prompt_id, checked.asked) != checked.asked:
+                            _bad_row(work, config, path, work.changed_row(checked.prompt_id, checked.line, label))
+                            continue
+                        work.planned += 1
                         work.resumed += 1
                     else:
+                        work.planned += 1
                         work.todo += 1
                         lines.append(checked.line)
                         checks.append(zlib.crc32(checked.prompt_id.encode()))
                 else:
+                    asked = checked.asked  # None: no single-turn row, whose samples are not held against it
+                    if asked is not None and checked.first and asked_before.get(checked.prompt_id, asked) != asked:
+                        _bad_row(work, config, path, work.changed_row(checked.prompt_id, checked.line, label))
+                        continue
                     _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
+
+
+def _bad_row(work: WorkList, config: BatchConfig, path: Path, message: str) -> None:
+    """A row planning refuses (an agent trace outside chat mode, a row changed since it was stored): skipped, or with
+    `--on-bad-row stop` the end of the run before anything is asked, as a row the checks refuse is."""
+    if config.on_bad_row == "stop":
+        raise InputError(f"{located(path, message)} (use --on-bad-row skip to skip bad rows)")
+    work.bad.append(message)
 
 
 def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:

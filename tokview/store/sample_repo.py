@@ -203,6 +203,17 @@ class SampleRepository:
         )
         return {r[0] for r in rows}
 
+    def stored_prompts_with(self, fragment: str) -> list[tuple[str, str]]:
+        """(prompt id, messages JSON) of every stored single-turn sample whose id contains `fragment`."""
+        return [
+            (str(r[0]), str(r[1]))
+            for r in self.file.query(
+                "SELECT prompt_id, messages FROM samples WHERE turn IS NULL AND messages IS NOT NULL"
+                " AND contains(sample_id, ?)",
+                [fragment],
+            )
+        ]
+
     def stored_ids_with(self, fragment: str) -> set[str]:
         """Every stored sample id that contains `fragment`: one query returning one column."""
         with self.file.reading() as conn:

@@ -1,0 +1,88 @@
+"""A row changed under its id since its samples were stored is never taken as done on resume.
+
+A sample's id is its prompt id, settings and index: a prompts file whose row was edited (a typo fixed, a system prompt
+added) kept its id, so the resume counted its samples as stored and the export trained on answers to the old text,
+with nothing said. An older tokview that read a row otherwise (a `system` beside `messages`, read since) left the
+same. Planning now holds each stored single-turn row's messages against the file's: a changed one is a bad row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import kimi, profile
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.inputs import InputError
+from tokview.store import Store
+
+SHAPES = [
+    {"id": "s1", "prompt": "Say hi", "system": "Be brief."},
+    {"id": "s2", "messages": [{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "2+2?"}]},
+    {"id": "s3", "messages": [{"role": "user", "content": [{"type": "text", "text": "One."}, {"type": "text", "text": "Two."}]}]},
+    {"id": "s4", "messages": [{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "Because.", "reasoning_content": "hm"}]},
+    {"id": "s5", "conversations": [{"from": "human", "value": "Hello there"}, {"from": "gpt", "value": "Hi!"}]},
+    {"id": "s6", "system": "Top system.", "messages": [{"role": "user", "content": "With a system beside."}]},
+    {"id": "s7", "messages": [{"role": "user", "content": "What is 6 times 7?"}]},
+    {"id": "s8", "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]},
+    {"prompt": "No id at all"},
+]  # fmt: skip
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _config(url: str, path: Path, **kw) -> BatchConfig:
+    return BatchConfig(
+        servers=[url], prompts_path=path, tokenizer=kimi(), model_profile=profile(), max_new_tokens=64, **kw
+    )
+
+
+@pytest.mark.parametrize("mode", ["raw", "chat"])
+async def test_an_unchanged_file_resumes_whole_whatever_its_rows_shapes(vllm_sim, tmp_path, mode):
+    """No false alarm: every shape a row may take resumes as stored (the stored messages are the generation point's
+    history: a last assistant turn to regenerate and history reasoning are not in them)."""
+    path = _write(tmp_path / "p.jsonl", SHAPES)
+    with Store(tmp_path / "s.duckdb") as store:
+        first = await run_batch(_config(vllm_sim.url, path, mode=mode, samples_per_prompt=2), store)
+        again = await run_batch(_config(vllm_sim.url, path, mode=mode, samples_per_prompt=2), store)
+    assert first.ok == 2 * len(SHAPES) and not first.bad_rows
+    assert (again.ok, again.resumed, again.bad_rows) == (0, first.ok, [])
+
+
+async def test_a_row_changed_under_its_id_is_a_bad_row_not_a_stored_one(vllm_sim, tmp_path):
+    path = _write(tmp_path / "p.jsonl", SHAPES)
+    with Store(tmp_path / "s.duckdb") as store:
+        first = await run_batch(_config(vllm_sim.url, path), store)
+        stored = {s: store.load_sample(s).capture.messages for s in store.stored_ids_with("_gen0")}
+        edited = [dict(r) for r in SHAPES]
+        edited[0]["system"] = "Be very brief."  # line 1: the system beside the prompt
+        edited[6]["messages"] = [{"role": "user", "content": "What is 6 times 8?"}]  # line 7: a typo fixed
+        edited[4]["conversations"] = [*SHAPES[4]["conversations"][:1], {"from": "gpt", "value": "Hey"}]  # line 5: the
+        # answer to regenerate is no part of the prompt: unchanged
+        again = await run_batch(_config(vllm_sim.url, _write(path, edited)), store)
+        assert [b.split(":")[0] for b in again.bad_rows] == ["line 1", "line 7"], again.bad_rows
+        assert '"s1" were asked with other messages' in again.bad_rows[0]
+        assert "give it a new id to ask it" in again.bad_rows[0]
+        assert (again.ok, again.resumed) == (0, first.ok - 2)
+        assert again.balanced and again.input == first.input
+        assert {s: store.load_sample(s).capture.messages for s in stored} == stored  # nothing stored was touched
+        with pytest.raises(InputError, match=r"p\.jsonl:1: changed since it was stored.*--on-bad-row skip"):
+            await run_batch(_config(vllm_sim.url, path, on_bad_row="stop"), store)
+
+
+def test_the_cli_exits_4_naming_the_changed_row(vllm_sim, tmp_path):
+    path = _write(tmp_path / "p.jsonl", SHAPES[6:7])
+    db = tmp_path / "c.duckdb"
+    cmd = [sys.executable, "-m", "tokview", "batch", str(path), "--server", vllm_sim.url, "--db", str(db)]
+    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    _write(path, [{"id": "s7", "messages": [{"role": "user", "content": "What is 6 times 8?"}]}])
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 4, done.stderr
+    assert 'p.jsonl:1: changed since it was stored: the samples stored under its id "s7"' in done.stderr
+    assert "1 bad rows" in done.stderr and "Traceback" not in done.stderr
