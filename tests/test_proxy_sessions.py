@@ -1083,3 +1083,38 @@ def test_a_next_turn_whose_ids_extend_its_turn_stays_there_whatever_its_messages
         "x1",
         None,
     )
+
+
+def test_a_users_conversation_the_proxy_forgot_is_not_where_the_users_next_task_goes() -> None:
+    """Past MAX_SESSIONS the proxy forgets the least recent sessions: an unrelated task of a user whose newest
+    conversation was forgotten went on "by its name" as that conversation's next turns (`user:bob/3` turns 2, 3),
+    where a request that continues none of the user's kept turns starts a conversation of its own."""
+    book = SessionBook("r", max_sessions=3)
+    first = _turn(book, SYSTEM + [1], [2], [{"role": "user", "content": "task one"}], user="bob")
+    for k in range(4):  # other sessions push bob's out
+        _turn(book, SYSTEM + [60 + k], [2])
+    assert "user:bob" not in book._sessions
+    task = [{"role": "user", "content": "task four"}]
+    four = _turn(book, SYSTEM + [7], [8], task, user="bob")
+    nxt = _turn(book, SYSTEM + [7, 8, 9], [1], task, user="bob")
+    assert first.session_id == "user:bob"
+    assert (four.session_id, four.turn, four.break_at) == ("user:bob/2", 0, None)
+    assert (nxt.session_id, nxt.turn, nxt.break_at) == ("user:bob/2", 1, None)
+
+
+def test_a_users_stored_conversation_a_restart_did_not_restore_is_never_numbered_again() -> None:
+    """A store of more sessions than a proxy restores: `user:alice` was not among them, so alice's next, unrelated
+    conversation became `user:alice` turn 0 again (two turns 0 of two tasks under one session id)."""
+    from tokview.proxy.sessions import restore_sessions
+
+    db = _stored(
+        [("user:alice", 0, "proxy:old:1", SYSTEM + [1], [2], 0)]
+        + [(f"proxy:old:s{k}", 0, f"proxy:old:{k + 2}", SYSTEM + [50 + k], [2], 0) for k in range(3)]
+    )
+    book = SessionBook("new", max_sessions=2)  # restores the two most recent sessions only
+    restore_sessions(book, db)
+    assert "user:alice" not in book._sessions
+    fresh = _turn(book, SYSTEM + [9], [3], [{"role": "user", "content": "another task"}], user="alice")
+    carol = _turn(book, SYSTEM + [9], [3], [{"role": "user", "content": "another task"}], user="carol")
+    assert (fresh.session_id, fresh.turn) == ("user:alice/2", 0)
+    assert (carol.session_id, carol.turn) == ("user:carol", 0)  # a user the store never saw: her first

@@ -344,16 +344,19 @@ class SessionBook:
         Why not one session per `user`, as per session header: OpenAI documents `user` as the end user, so a
         harness sends one value with every conversation of that user. A second, unrelated task joined the first
         as its next turns, flagged with a prefix break that said the harness had re-rendered the history."""
-        conversations = self._user_conversations(base)
-        for session_id in reversed(conversations):
+        if base not in self._user_numbers:  # the user's first conversation (this run's, or the store's)
+            if parallel_to is not None and parallel_to.session_id == base:
+                return Turn(base, parallel_to.turn, "user", parallel_to.parent_sample)
+            return Turn(base, 0, "user")
+        for session_id in reversed(self._user_conversations(base)):
             turn = self._place_named(packed, messages, session_id, "user", parallel_to, strict=True)
             if turn is not None:
                 return turn
-        newest = conversations[-1]
-        kept = self._sessions.get(newest)
-        if kept is None or not kept.heads:  # nothing kept of it (new, or evicted): it goes on by its name
-            return Turn(newest, self._named_turns.get(newest, 0), "user")
-        return Turn(f"{base}/{self._user_numbers.get(base, 1) + 1}", 0, "user")
+        # It continues none of the user's kept turns: another conversation. One the proxy no longer keeps (forgotten
+        # past MAX_SESSIONS, or not restored at a start) is no more continued than a kept one it does not extend:
+        # it went on by its name, and an unrelated task became the forgotten conversation's next turns (or, after a
+        # restart, its turn 0 again).
+        return Turn(f"{base}/{self._user_numbers[base] + 1}", 0, "user")
 
     def _user_conversations(self, base: str) -> list[str]:
         """The session ids of `base`'s conversations this book keeps, oldest first, and last the newest number seen
@@ -364,10 +367,16 @@ class SessionBook:
         kept = [sid for sid in self._sessions if sid == base or (sid.startswith(prefix) and sid != newest)]
         return [*kept, newest]
 
-    def _note_user_number(self, session_id: str) -> None:
+    def note_user_session(self, session_id: str) -> None:
+        """Remember a `user:NAME` (or `user:NAME/N`) conversation as the user's: added here, restored, or only stored
+        (`restore_user_numbers`), so a new conversation of that user is never numbered as one that exists."""
+        if not session_id.startswith("user:"):
+            return
         base, _, tail = session_id.rpartition("/")
         if base.startswith("user:") and tail.isascii() and tail.isdigit() and len(tail) <= 9:  # a name's own digits:
             self._user_numbers[base] = max(self._user_numbers.get(base, 1), int(tail))  # "²" is no int
+        else:
+            self._user_numbers.setdefault(session_id, 1)
 
     def _place_named(
         self,
@@ -440,7 +449,7 @@ class SessionBook:
         if session is None:
             session = _Session(turn.session_id)
             self._sessions[turn.session_id] = session
-            self._note_user_number(turn.session_id)
+            self.note_user_session(turn.session_id)
         else:
             self._sessions.move_to_end(turn.session_id)
         session.turns = max(session.turns, turn.turn + 1)
@@ -861,8 +870,16 @@ def _json_or_empty(text: str | None) -> Any:
         return {}
 
 
+USER_SESSIONS_SQL = "SELECT DISTINCT prompt_id FROM samples WHERE starts_with(prompt_id, 'user:')"
+"""Every stored `user:NAME[/N]` conversation, restored or not."""
+
+
 def restore_sessions(book: SessionBook, db: Database) -> int:
-    """`restore` the stored sessions a live proxy would keep (`RESTORE_SQL`): how many turns were put back."""
+    """`restore` the stored sessions a live proxy would keep (`RESTORE_SQL`): how many turns were put back. Every
+    stored conversation of a `user` is noted too (`SessionBook.note_user_session`): one past the restored ones was
+    taken for a new user's, and that user's next conversation became its turn 0 again."""
+    for (session_id,) in db.query(USER_SESSIONS_SQL):
+        book.note_user_session(str(session_id))
     return restore(book, db.query(RESTORE_SQL, [RESTORED_TURNS, RESTORED_TURNS, CHOICES_KEPT, book.max_sessions]), db)
 
 
