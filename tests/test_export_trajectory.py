@@ -549,3 +549,21 @@ def test_inspect_walks_a_session_a_proxy_went_on_with_after_the_clock_went_back(
         ]
     whole = ["proxy:late:0", "proxy:late:1", "proxy:early:2", "proxy:early:3"]
     assert walked == [whole] * 4
+
+
+def test_show_names_the_turns_of_a_trajectory_row_it_is_given(recorded, tmp_path, capsys) -> None:
+    """`tokview show` takes an exported row's id; a trajectory row's (`session:…_gen0`, `…_from_turn2`) said "no
+    sample": the row is a conversation, and the error now names its turns' samples."""
+    db, (t0, t1, t2) = recorded
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    capsys.readouterr()
+    for row, turns, first in zip(rows, ([t0, t1, t2], [t2]), (0, 2)):
+        assert main(["show", row["id"], "--db", str(db)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "is a trajectory row: each of its turns is a sample" in err and len(err.splitlines()) == 1
+        assert f"the conversation's from turn {first}: " in err
+        assert [t["sample_id"] in err for t in (t0, t1, t2)] == [t in turns for t in (t0, t1, t2)]
+        assert all(t["sample_id"] in err for t in row["metadata"]["turns"])
+    assert main(["show", rows[0]["metadata"]["turns"][0]["sample_id"], "--db", str(db), "--count", "1"]) == 0
