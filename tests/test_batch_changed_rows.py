@@ -86,3 +86,16 @@ def test_the_cli_exits_4_naming_the_changed_row(vllm_sim, tmp_path):
     assert done.returncode == 4, done.stderr
     assert 'p.jsonl:1: changed since it was stored: the samples stored under its id "s7"' in done.stderr
     assert "1 bad rows" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_fast_readers_digest_is_the_asked_digest_and_other_keys_do_not_count():
+    """The common row's digest comes from its raw turns (`_fast_scan`), a stored sample's from its messages column
+    through `asked_digest`: the two must agree on an unchanged row, whatever key order or other keys either holds."""
+    from tokview.batch.inputs import _fast_scan, asked_digest
+
+    row = {"id": "a", "messages": [{"content": "Be brief.", "role": "system"}, {"role": "user", "content": "Hi"}]}
+    quick = _fast_scan(row)
+    assert quick is not None
+    stored = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi", "name": "bob"}]
+    assert asked_digest(stored) == quick[2]
+    assert asked_digest([*stored[:1], {"role": "user", "content": "Hi!"}]) != quick[2]

@@ -273,10 +273,9 @@ class CheckedRow:
     agent: bool = False
     """The row is an agent trace (`tools`, `tool_calls` or tool results): only the chat path sends those."""
     asked: int | None = None
-    """A single-turn row's `conversation_digest` of the messages its samples are asked with (its generation point's
-    history: without a last assistant turn to regenerate, without reasoning), as a sample stores them: a resume
-    holds it against its stored samples' (`WorkList.changed_row`), since a row may change under its id. None for
-    other rows."""
+    """A single-turn row's `asked_digest` of the messages its samples are asked with (its generation point's history:
+    without a last assistant turn to regenerate), as a sample stores them: a resume holds it against its stored
+    samples' (`WorkList.changed_row`), since a row may change under its id. None for other rows."""
 
 
 def check_prompts_path(path: str | Path) -> Path:
@@ -433,7 +432,7 @@ def _check_chunk(
                 row = checked_row(n, obj, text)
                 digest = conversation_digest([row.tools, *row.messages] if row.tools else row.messages)
                 turns = generation_turns(row.messages)
-                asked = conversation_digest(generation_points(row)[0].history) if turns == [None] else None
+                asked = asked_digest(generation_points(row)[0].history) if turns == [None] else None
             except PromptError as exc:
                 out.append(CheckedRow(n, "", [], bad=bad_message(str(exc), n, label)))
                 continue
@@ -470,6 +469,16 @@ def bad_message(message: str, n: int, label: str) -> str:
     if label == "row":
         return message.replace("line ", "row ", 1)
     return message
+
+
+def asked_digest(messages: list[Any]) -> int:
+    """`conversation_digest` of each message's role and content only: what a row's edit changes (its text, a system
+    turn added), and the same for the file's row and a sample's stored messages whatever else either holds (a key an
+    older tokview stored or dropped, reasoning, a name) so that a row no one changed is never taken for changed. A
+    plain role/content row's own digest is this one (`_fast_scan`'s: its turns hold those two keys only)."""
+    return conversation_digest(
+        [{"content": m.get("content"), "role": m.get("role")} if isinstance(m, dict) else m for m in messages]
+    )
 
 
 def conversation_digest(messages: list[Any]) -> int:

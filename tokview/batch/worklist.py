@@ -33,10 +33,10 @@ from tokview.batch.chains import ChainItem
 from tokview.batch.inputs import (
     InputError,
     agent_mode_refusal,
+    asked_digest,
     bad_message,
     check_prompts_path,
     checked_row,
-    conversation_digest,
     generation_turns,
     is_agent_trace,
     is_parquet,
@@ -88,7 +88,7 @@ class WorkList:
     size stay the same."""
     stored: frozenset[str] | set[str] = frozenset()
     stored_digests: dict[str, int] | None = None
-    """`conversation_digest` of the messages each stored single-turn prompt was asked with, by prompt id: its row
+    """`asked_digest` of the messages each stored single-turn prompt was asked with, by prompt id: its row
     in the file now, under the same id, may say something else (`changed_row`)."""
     file_state: tuple[int, int] | None = None
     chain_key: str | None = None
@@ -303,12 +303,14 @@ def plan_work(
 
 
 def _digests(stored: list[tuple[str, str]]) -> dict[str, int]:
-    """`conversation_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
+    """`asked_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
     out: dict[str, int] = {}
     for prompt_id, messages in stored:
         try:
-            out[prompt_id] = conversation_digest(orjson.loads(messages))
-        except (orjson.JSONDecodeError, PromptError):  # unreadable as stored: nothing to hold the row against
+            parsed = orjson.loads(messages)
+            if isinstance(parsed, list):  # else: not as tokview stores messages, nothing to hold the row against
+                out[prompt_id] = asked_digest(parsed)
+        except (orjson.JSONDecodeError, PromptError):  # unreadable as stored: the same
             continue
     return out
 
