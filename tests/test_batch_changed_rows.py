@@ -7,6 +7,7 @@ same. Planning now holds each stored single-turn row's messages against the file
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -99,3 +100,35 @@ def test_the_fast_readers_digest_is_the_asked_digest_and_other_keys_do_not_count
     stored = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi", "name": "bob"}]
     assert asked_digest(stored) == quick[2]
     assert asked_digest([*stored[:1], {"role": "user", "content": "Hi!"}]) != quick[2]
+
+
+async def test_a_system_beside_messages_is_sent_as_the_first_turn_by_the_common_rows_reader(vllm_sim, tmp_path):
+    """A JSONL row `{"id", "system", "messages"}` took the fast reader, which never looked at `system`: its samples
+    were asked without the system prompt (only a Parquet row, read by `parse_row`, had it). A sample stored so is now
+    found changed on the resume."""
+    from tokview.batch.inputs import fast_row
+
+    row = {"id": "s", "system": "Answer in French.", "messages": [{"role": "user", "content": "Hello"}]}
+    assert fast_row(row, 1) is None  # the full reader takes it
+    path = _write(tmp_path / "p.jsonl", [row])
+    with Store(tmp_path / "s.duckdb") as store:
+        first = await run_batch(_config(vllm_sim.url, path), store)
+        (sample_id,) = store.stored_ids_with("_gen0")
+        sent = store.load_sample(sample_id).capture.messages
+        assert first.ok == 1 and sent[0] == {"role": "system", "content": "Answer in French."}
+        store.execute("UPDATE samples SET messages = ?", [json.dumps(sent[1:])])  # as the fast reader stored it
+        again = await run_batch(_config(vllm_sim.url, path), store)
+    assert [b.split(":")[0] for b in again.bad_rows] == ["line 1"]
+
+
+def test_a_prompt_holding_the_servers_credentials_resumes_as_stored(vllm_sim, tmp_path):
+    """The stored messages mask the server URL's user and password wherever they occur (`secrets`): an unchanged row
+    whose text held one ("Write to alice" with `http://alice:…@host`) was taken for changed, the resume blocked."""
+    path = _write(tmp_path / "p.jsonl", [{"id": "c1", "messages": [{"role": "user", "content": "Write to alice."}]}])
+    url = vllm_sim.url.replace("http://", "http://alice:hunter22@")
+    with Store(tmp_path / "s.duckdb") as store:
+        first = asyncio.run(run_batch(_config(url, path), store))
+        (sample_id,) = store.stored_ids_with("_gen0")
+        assert "[redacted]" in json.dumps(store.load_sample(sample_id).capture.messages)
+        again = asyncio.run(run_batch(_config(url, path), store))
+    assert (first.ok, again.resumed, again.bad_rows) == (1, 1, [])

@@ -461,8 +461,7 @@ def test_a_kimi_inline_row_cut_inside_its_reasoning_has_no_closer_the_model_neve
     from tokview.export.audit import audit, split_inline
     from tokview.store import SampleFilter
 
-    assert split_inline("<think>\nOkay", qwen_profile) is None  # not said to be cut: an opener typed as text
-    assert split_inline("<think>\nOkay", qwen_profile, cut=True) == ("\nOkay", "")
+    assert split_inline("<think>\nOkay", qwen_profile) == ("\nOkay", "")  # reasoning that never ended
     fam = Family(qwen_tok, qwen_profile)
     cut = fam.capture("what is the answer", "unused")
     cut.output_ids = [qwen_profile.think_open_id, *qwen_tok.encode("\nOkay , let me think about")]
@@ -485,3 +484,31 @@ def test_a_kimi_inline_row_cut_inside_its_reasoning_has_no_closer_the_model_neve
         read_back = s2.load_sample(pages["cut"].sample_id)
     assert read_back.capture.output_ids == cut.output_ids  # as served: no closer, no stop
     assert "truncated" in [f.code for f in read_back.findings]
+
+
+def test_a_kimi_inline_row_that_stopped_inside_its_reasoning_is_audited_without_a_closer(
+    qwen_tok, qwen_profile, tmp_path
+):
+    """A sample whose model stopped inside its reasoning (its stop id, no closer: `think_close_missing`), exported
+    with `--select all`, is `<think>…` without `truncated`: the audit read its opener as typed text. It reads it as
+    reasoning that never ended, so the audit finds what the store found."""
+    from tokview.export.audit import audit
+    from tokview.store import SampleFilter
+
+    fam = Family(qwen_tok, qwen_profile)
+    stopped = fam.capture("what is the answer", "unused")
+    stopped.output_ids = [qwen_profile.think_open_id, *qwen_tok.encode("\nOkay , let me"), qwen_profile.stop_ids[0]]
+    with Store(tmp_path / "src.duckdb") as store:
+        store.put_run("run1", profile=qwen_profile.name, tokenizer_hash=qwen_tok.fingerprint())
+        sid = sample_id_for("stopped", stopped.settings, 0, None)
+        findings = analyze(stopped, qwen_profile, qwen_tok)
+        store.put_sample(sid, "stopped", "run1", stopped, findings, gen_index=0)
+        export(store, "kimi-inline", tmp_path / "ki.jsonl", select="all", tokenizer=qwen_tok, profile=qwen_profile)
+    [row] = _jsonl(tmp_path / "ki.jsonl")
+    assert row["conversations"][-1]["content"] == "<think>\nOkay , let me" and "truncated" not in row
+    with Store(tmp_path / "a.duckdb") as s2:
+        audit(s2, tmp_path / "ki.jsonl", tokenizer=qwen_tok, profile=qwen_profile)
+        [page] = s2.samples_page(SampleFilter(run_id="audit-ki"), limit=10)
+        read_back = s2.load_sample(page.sample_id)
+    assert read_back.capture.output_ids == stopped.output_ids
+    assert "think_close_missing" in page.codes and "literal_think_text" not in page.codes

@@ -33,9 +33,10 @@ def _compressor(coding: str) -> Any:
     return None
 
 
-def _compressing(sim_url: str, coding: str) -> Any:
+def _compressing(sim_url: str, coding: str, *, no_trailer: bool = False) -> Any:
     """Relay the simulator's answer to a generation request compressed as `coding` (flushed piece by piece, as a
-    compressing gateway streams); every other path as it is."""
+    compressing gateway streams); every other path as it is. `no_trailer`: the compressed body's end is never sent
+    (every byte of the answer is, flushed)."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -63,7 +64,7 @@ def _compressing(sim_url: str, coding: str) -> Any:
             piece = raw[at : at + PIECE]
             out = piece if squeeze is None else squeeze.compress(piece) + squeeze.flush(zlib.Z_SYNC_FLUSH)
             await send({"type": "http.response.body", "body": out, "more_body": True})
-        await send({"type": "http.response.body", "body": b"" if squeeze is None else squeeze.flush()})
+        await send({"type": "http.response.body", "body": b"" if squeeze is None or no_trailer else squeeze.flush()})
 
     return app
 
@@ -139,3 +140,28 @@ def test_a_compressed_refusal_is_recorded_with_its_message(tmp_path, kimi_tok, k
             through = client.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
     assert through.status_code == 400 and through.json()["error"]["message"] == "this model cannot do that"
     assert _failures(db) == ["refused by the upstream: HTTP 400: this model cannot do that"]
+
+
+def test_a_stream_whose_compressed_end_breaks_after_its_done_is_one_sample_and_no_failure(
+    tmp_path, kimi_tok, kimi_profile
+) -> None:
+    """A streamed answer is handed to the recorder as its `[DONE]` goes out; a gzip body whose end then never came
+    (its trailer) was recorded a second time, as a failure ("cannot be read"), beside the sample."""
+    db = str(tmp_path / "p.duckdb")
+    with (
+        start_simulator(SimConfig(kind="vllm")) as sim,
+        serve_asgi(_compressing(sim.url, "gzip", no_trailer=True)) as url,
+    ):
+        config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+        received = b""
+        with (
+            start_proxy(config) as proxy,
+            httpx.stream(
+                "POST", proxy.url + "/v1/chat/completions", json=_chat(SimConfig().model_name, True)
+            ) as through,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError):  # cut as the upstream's body was: after the whole answer
+                for piece in through.iter_bytes():
+                    received += piece
+    assert b"data: [DONE]" in received
+    assert len(_stored(db)) == 1 and _failures(db) == []

@@ -1118,3 +1118,15 @@ def test_a_users_stored_conversation_a_restart_did_not_restore_is_never_numbered
     carol = _turn(book, SYSTEM + [9], [3], [{"role": "user", "content": "another task"}], user="carol")
     assert (fresh.session_id, fresh.turn) == ("user:alice/2", 0)
     assert (carol.session_id, carol.turn) == ("user:carol", 0)  # a user the store never saw: her first
+
+
+def test_a_user_whose_name_ends_in_a_number_goes_on_in_their_conversation() -> None:
+    """`user: "team/3"` is the session `user:team/3`, read as `user:team`'s third conversation: the user was never
+    noted as one seen, so each of their requests began their first conversation again (turn 0, three times)."""
+    book = SessionBook("r")
+    task = [{"role": "user", "content": "task"}]
+    turns = [
+        _turn(book, SYSTEM + [1], [3], task, user="team/3"),
+        _turn(book, SYSTEM + [1, 3, 5], [6], task, user="team/3"),
+    ]
+    assert [(t.session_id, t.turn) for t in turns] == [("user:team/3", 0), ("user:team/3", 1)]

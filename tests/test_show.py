@@ -191,3 +191,13 @@ def test_show_says_where_the_sample_sits_prompt_turn_generation_run(tmp_path, ca
         0,
         "run1",
     )
+
+
+def test_a_trajectory_row_id_is_read_every_way_it_may_be_meant() -> None:
+    """A run named `exp_2` lost its `_2` to the duplicate-row suffix, and `run_gen1` its `_gen1` to the generation."""
+    from tokview.commands.show import _trajectory_parses
+
+    assert ("p", 0, "exp_2", 0) in _trajectory_parses("p_gen0@exp_2")
+    assert _trajectory_parses("task_gen0@run_gen1")[0] == ("task", 0, "run_gen1", 0)
+    assert _trajectory_parses("session:x_gen0_from_turn2_2")[0] == ("session:x", 0, None, 2)
+    assert ("a@b", 3, None, 0) in _trajectory_parses("a@b_gen3_split")  # a prompt id holding `@`

@@ -539,6 +539,8 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
         return None
     if any(key in obj for key in UNREAD_CONTENT_KEYS):  # `check_row` decides (`_check_unread`)
         return None
+    if obj.get("system") not in (None, ""):  # the first turn (`prompts._row_system`): this walk sent rows without it
+        return None
     has_user = False
     assistants = 0
     for turn in turns:

@@ -21,7 +21,7 @@ import json
 import os
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +48,7 @@ from tokview.batch.inputs import (
 )
 from tokview.core.prompts import PromptError, PromptRow, generation_points
 from tokview.core.record import sample_head, sample_id_for, settings_key
+from tokview.secrets import MASK
 
 if TYPE_CHECKING:
     from tokview.batch.config import BatchConfig
@@ -268,7 +269,7 @@ def plan_work(
     settings: dict[str, Any],
     stored_ids: Callable[[str], set[str]],
     rows: list[PromptRow] | None = None,
-    stored_prompts: Callable[[str], list[tuple[str, str]]] | None = None,
+    stored_prompts: Callable[[str], Iterable[tuple[str, str]]] | None = None,
 ) -> WorkList:
     """Plan a batch: `rows` given (the app's), else `config.prompts_path` streamed.
 
@@ -302,10 +303,12 @@ def plan_work(
     return work
 
 
-def _digests(stored: list[tuple[str, str]]) -> dict[str, int]:
+def _digests(stored: Iterable[tuple[str, str]]) -> dict[str, int]:
     """`asked_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
     out: dict[str, int] = {}
     for prompt_id, messages in stored:
+        if MASK in messages:  # a credential in its text was masked as it was stored: nothing to compare it with
+            continue
         try:
             parsed = orjson.loads(messages)
             if isinstance(parsed, list):  # else: not as tokview stores messages, nothing to hold the row against

@@ -69,35 +69,54 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
             f"{given!r} is a prompt id with {len(of_prompt)} samples (turns, generations or runs): give one of "
             f"{_first_few(of_prompt)}"
         )
-    found = TRAJECTORY_ROW_ID.fullmatch(given)
-    turns = _trajectory_turns(store, found) if found is not None else []
-    if turns and found is not None:  # a `--format trajectory` row is a conversation: each of its turns is a sample
+    first, turns = _trajectory_turns(store, given)
+    if turns:  # a `--format trajectory` row is a conversation: each of its turns is a sample
         raise UserError(
             f"{given!r} is a trajectory row: each of its turns is a sample (the row's metadata.turns[].sample_id "
-            f"names those it holds); the conversation's from turn {int(found['turn'] or 0)}: {_first_few(turns)}"
+            f"names those it holds); the conversation's from turn {first}: {_first_few(turns)}"
         )
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
 
 
-TRAJECTORY_ROW_ID = re.compile(
-    r"(?P<prompt>.+)_gen(?P<gen>\d+)(?:@(?P<run>.+?))?(?:_from_turn(?P<turn>\d+)|_split)?(?:_\d+)?", re.S
-)
-"""A `--format trajectory` row id: `{prompt}_gen{g}`, `@run` for a run other than the first by name, `_from_turnN` (or
-`_split`) where a conversation's ids broke, `_2`… for a turn stored twice (`export.trajectory.write_trajectories`)."""
+def _trajectory_parses(given: str) -> list[tuple[str, int, str | None, int]]:
+    """Every (prompt id, generation, run, first turn) a `--format trajectory` row id may stand for: `{prompt}_gen{g}`,
+    `@run` for a run other than the first by name, `_from_turnN` (or `_split`) where a conversation's ids broke, `_2`…
+    for a turn stored twice (`export.trajectory.write_trajectories`); the most suffixes read first, as a run's name may
+    end in `_2` or hold `_gen1`, and a prompt id `@`."""
+    out: list[tuple[str, int, str | None, int]] = []
+    for rest in dict.fromkeys([re.sub(r"_\d+$", "", given), given]):
+        splits = [(rest, 0)]
+        if (cut := re.search(r"_from_turn(\d+)$", rest)) is not None:
+            splits.insert(0, (rest[: cut.start()], int(cut.group(1))))
+        elif rest.endswith("_split"):
+            splits.insert(0, (rest[: -len("_split")], 0))
+        for head, turn in splits:
+            runs: list[tuple[str, str | None]] = [(head[:at], head[at + 1 :]) for at in _ats(head)] + [(head, None)]
+            for conversation, run in runs:
+                if (gen := re.fullmatch(r"(.+)_gen(\d+)", conversation, re.S)) is not None:
+                    out.append((gen.group(1), int(gen.group(2)), run, turn))
+    return out
 
 
-def _trajectory_turns(store: Store, found: re.Match[str]) -> list[str]:
-    """The sample ids of the turns of the conversation a trajectory row id names, from its first turn on (none: it
-    names none), in turn order: of the run it names, else of the first run by name that has the conversation (the
-    one a bare id is given to)."""
-    sql = "SELECT run_id, sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ? AND turn >= ?"
-    params: list[object] = [found["prompt"], int(found["gen"]), int(found["turn"] or 0)]
-    if found["run"] is not None:
-        sql += " AND run_id = ?"
-        params.append(found["run"])
-    rows = store.query(sql + " ORDER BY run_id NULLS FIRST, turn, sample_id", params)
-    first_run = rows[0][0] if rows else None
-    return [sample_id for run, sample_id in rows if run == first_run]
+def _ats(text: str) -> list[int]:
+    """Where `@` is in `text`, the last first."""
+    return [m.start() for m in re.finditer("@", text)][::-1]
+
+
+def _trajectory_turns(store: Store, given: str) -> tuple[int, list[str]]:
+    """(first turn, the sample ids of the conversation's turns from there) for the first reading of the trajectory row
+    id `given` that names stored turns, in turn order: of the run it names, else of the first run by name that has the
+    conversation (the one a bare id is given to); (0, []) when none does."""
+    for prompt, gen, run, turn in _trajectory_parses(given)[:32]:
+        sql = "SELECT run_id, sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ? AND turn >= ?"
+        params: list[object] = [prompt, gen, turn]
+        if run is not None:
+            sql += " AND run_id = ?"
+            params.append(run)
+        rows = store.query(sql + " ORDER BY run_id NULLS FIRST, turn, sample_id", params)
+        if rows:
+            return turn, [sample_id for run_id, sample_id in rows if run_id == rows[0][0]]
+    return 0, []
 
 
 def _which(store: Store, given: str, named: list[str]) -> str:

@@ -132,19 +132,20 @@ def encode_literal(tokenizer: TokenizerAdapter, text: str) -> list[int]:
     return tokenizer.encode_literal(text)
 
 
-def split_inline(content: str, profile: ModelProfile, *, cut: bool = False) -> tuple[str, str] | None:
+def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
     """(reasoning, answer) of content that opens with the think opener and closes it: reasoning inline,
     as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it; or of content that closes reasoning
     it never opened, once (pitfall P1: a server without a reasoning parser, its template pre-filling the opener,
     answers `reasoning</think>answer`; DeepSeek-R1 distills are written so), which Qwen3's template itself splits
     so when it renders it. Read as text, its closer was an error (`think_close_repeated`, `literal_think_text`) on
     a row a trainer reads as reasoning and answer. A row that also has a reasoning field keeps any "<think>" in its
-    content literal (someone typed it). `cut`: the row says it was cut at its max tokens (`truncated`), so content
-    that opens reasoning and never closes it is reasoning cut short (the kimi-inline export writes no closer there)."""
+    content literal (someone typed it). Content that opens reasoning and never closes it is reasoning that never
+    ended (cut at its max tokens, or the model stopped inside it): the kimi-inline export writes no closer there, and
+    `from_conversation` adds none."""
     opener, closer = profile.think_open, profile.think_close
     if not profile.has_reasoning:
         return None
-    if cut and opener and content.startswith(opener) and closer not in content:
+    if opener and content.startswith(opener) and closer not in content:
         return content[len(opener) :], ""
     if closer not in content:
         return None
@@ -349,9 +350,11 @@ def from_conversation(
         if not isinstance(value, str):
             raise PromptError(f"the last assistant turn's {name} is a {type(value).__name__}, not text")
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
+    unclosed = False
     if field_name is None:
-        inline = split_inline(content, profile, cut=truncated)
+        inline = split_inline(content, profile)
         if inline is not None:  # the Kimi-inline shape (tokview's own kimi-inline export): structure, not text
+            unclosed = profile.think_close not in content  # its reasoning never ended: no closer is made up
             reasoning, content = inline
             field_name = "inline"
     # the history's reasoning goes to the template, which keeps or drops it as the server's did (Qwen3 keeps it
@@ -373,8 +376,8 @@ def from_conversation(
             if not seg.prompt_opens_reasoning(prompt, profile):
                 output.append(opener)
             output += encode_literal(tokenizer, reasoning)
-            if not (truncated and not content):  # cut inside its reasoning: no closer was written (as Harmony's)
-                output.append(closer)
+            if not unclosed and not (truncated and not content):  # cut inside its reasoning: no closer was written
+                output.append(closer)  # (as Harmony's)
         output += encode_literal(tokenizer, content)
         if not truncated:
             output.append(_stop_id(profile))

@@ -598,8 +598,8 @@ class ProxyApp:
         return named, user if isinstance(user, str) and user else None
 
     def _failure(self, ex: _Exchange, reason: str) -> None:
-        if self.recorder is None or ex.endpoint is None:
-            return
+        if self.recorder is None or ex.endpoint is None or ex.recorded:  # handed over whole at its `[DONE]`: what
+            return  # broke after it (the body's end: a coding's trailer, bytes past the limit) is no failure of it
         named, user = self._session_of(ex)
         # the client's credentials and the upstream's, as an upstream may quote them back in its error: the
         # recorder knows neither (a client's Authorization is forwarded, never stored)

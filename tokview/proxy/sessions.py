@@ -372,11 +372,10 @@ class SessionBook:
         (`restore_user_numbers`), so a new conversation of that user is never numbered as one that exists."""
         if not session_id.startswith("user:"):
             return
+        self._user_numbers.setdefault(session_id, 1)  # a user's first conversation: a name may end in `/3` itself
         base, _, tail = session_id.rpartition("/")
         if base.startswith("user:") and tail.isascii() and tail.isdigit() and len(tail) <= 9:  # a name's own digits:
             self._user_numbers[base] = max(self._user_numbers.get(base, 1), int(tail))  # "²" is no int
-        else:
-            self._user_numbers.setdefault(session_id, 1)
 
     def _place_named(
         self,
@@ -870,8 +869,11 @@ def _json_or_empty(text: str | None) -> Any:
         return {}
 
 
-USER_SESSIONS_SQL = "SELECT DISTINCT prompt_id FROM samples WHERE starts_with(prompt_id, 'user:')"
-"""Every stored `user:NAME[/N]` conversation, restored or not."""
+USER_SESSIONS_SQL = (
+    "SELECT DISTINCT prompt_id FROM samples WHERE starts_with(prompt_id, 'user:') AND starts_with(sample_id, 'proxy:')"
+)
+"""Every stored `user:NAME[/N]` conversation a proxy recorded (a batch row's id may begin `user:` too), restored or
+not."""
 
 
 def restore_sessions(book: SessionBook, db: Database) -> int:

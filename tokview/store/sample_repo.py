@@ -7,7 +7,7 @@ here is what a command writes itself (`tokview audit`, imports, tests) and each 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,16 +203,17 @@ class SampleRepository:
         )
         return {r[0] for r in rows}
 
-    def stored_prompts_with(self, fragment: str) -> list[tuple[str, str]]:
-        """(prompt id, messages JSON) of every stored single-turn sample whose id contains `fragment`."""
-        return [
-            (str(r[0]), str(r[1]))
-            for r in self.file.query(
+    def stored_prompts_with(self, fragment: str) -> Iterator[tuple[str, str]]:
+        """(prompt id, messages JSON) of every stored single-turn sample whose id contains `fragment`, read a batch at
+        a time (a store of long prompts holds gigabytes of them: never all at once)."""
+        with self.file.reading() as conn:
+            cursor = conn.execute(
                 "SELECT prompt_id, messages FROM samples WHERE turn IS NULL AND messages IS NOT NULL"
                 " AND contains(sample_id, ?)",
                 [fragment],
             )
-        ]
+            while rows := cursor.fetchmany(PROMPTS_BATCH):
+                yield from ((str(p), str(m)) for p, m in rows)
 
     def stored_ids_with(self, fragment: str) -> set[str]:
         """Every stored sample id that contains `fragment`: one query returning one column."""
@@ -222,6 +223,10 @@ class SampleRepository:
                 return set()  # a new store: no numpy import (~60 ms of a short run's start-up)
             column = conn.execute("SELECT sample_id FROM samples WHERE contains(sample_id, ?)", [fragment]).fetchnumpy()
             return set(column["sample_id"].tolist())
+
+
+PROMPTS_BATCH = 2_000
+"""Stored prompts `stored_prompts_with` reads at once."""
 
 
 def _findings_statement(sample_id: str, findings: list[dict[str, Any]]) -> Statement:

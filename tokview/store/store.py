@@ -330,7 +330,7 @@ class Store:
         returning one column, so resuming 100,000 samples costs milliseconds, not a join on a bound list."""
         return self._samples.stored_ids_with(fragment)
 
-    def stored_prompts_with(self, fragment: str) -> list[tuple[str, str]]:
+    def stored_prompts_with(self, fragment: str) -> Iterator[tuple[str, str]]:
         """(prompt id, messages as stored) of the single-turn samples whose id contains `fragment` (`@SETTINGS_gen0`):
         a resume holds each against its row in the prompts file, which may have changed under the same id."""
         return self._samples.stored_prompts_with(fragment)
