@@ -317,8 +317,7 @@ class Store:
         self._samples.put_failures(failures)
 
     def failures(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """The current failures (one per sample id, the latest reason) with how many attempts failed:
-        what errors.jsonl lists."""
+        """The current failures (one per sample id, the latest reason, how many attempts failed): errors.jsonl's."""
         return self._samples.failures(run_id)
 
     def existing_sample_ids(self, ids: Iterable[str]) -> set[str]:
@@ -326,21 +325,18 @@ class Store:
         return self._samples.existing_sample_ids(ids)
 
     def stored_ids_with(self, fragment: str) -> set[str]:
-        """Every stored sample id that contains `fragment` (a batch passes `@SETTINGS_gen`): one query
-        returning one column, so resuming 100,000 samples costs milliseconds, not a join on a bound list."""
+        """Every stored sample id holding `fragment` (`@SETTINGS_gen`): one query, not a join on a bound list."""
         return self._samples.stored_ids_with(fragment)
 
     def stored_prompts_with(self, fragment: str) -> Iterator[tuple[str, str]]:
-        """(prompt id, messages as stored) of the single-turn samples whose id contains `fragment` (`@SETTINGS_gen0`):
-        a resume holds each against its row in the prompts file, which may have changed under the same id."""
+        """(prompt id, stored messages) of the single-turn samples whose id holds `fragment`: a resume's check."""
         return self._samples.stored_prompts_with(fragment)
 
     def load_sample(self, sample_id: str) -> StoredSample:
         return self._samples.load_sample(sample_id)
 
     def rows_for(self, sample_ids: Sequence[str], where: tuple[str, list[Any]] | None = None) -> list[dict[str, Any]]:
-        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read; with `where`,
-        only those matching it as they are read (`SampleRepository.rows_for`)."""
+        """Full rows for these samples in the order asked (exports'); with `where`, those matching it only."""
         return self._samples.rows_for(list(sample_ids), where)
 
     # -- review ---------------------------------------------------------------------------------------
