@@ -785,3 +785,41 @@ def test_an_export_never_overwrites_a_prompts_file_a_run_was_generated_from(tmp_
         assert "is the prompts file run batch-" in err and "choose another file" in err, err
     assert prompts.read_bytes() == before
     assert main(["export", "--db", str(db), "--select", "all", "--out", str(tmp_path / "train.jsonl")]) == 0
+
+
+def test_a_compressed_out_name_is_refused_in_one_line(store, tmp_path, capsys):
+    """`--out x.jsonl.gz` wrote plain JSONL under a gzip name: `load_dataset` (and gzip) failed on it."""
+    store.close()
+    db = str(tmp_path / "x.duckdb")
+    assert main(["export", "--db", db, "--out", str(tmp_path / "x.jsonl.gz")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "names a compressed file, but tokview writes JSONL uncompressed" in err and len(err.splitlines()) == 1
+    assert f"use {tmp_path / 'x.jsonl'}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+
+
+def test_a_replaced_export_keeps_its_mode_and_an_upper_case_parquet_name_its_sidecars(store, tmp_path):
+    """A 0600 training file came out 0644 when exported again over itself; `T.PARQUET` got `T.manifest.json`, the
+    name a `T.jsonl` export's manifest takes, where the README names Parquet's sidecars after the full name."""
+    out = tmp_path / "private.jsonl"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    _export(store, "speculators", out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_text() != "old\n"
+    _export(store, "parquet", tmp_path / "T.PARQUET")
+    assert (tmp_path / "T.PARQUET.manifest.json").exists() and not (tmp_path / "T.manifest.json").exists()
+
+
+def test_a_folder_no_file_can_be_made_in_is_named_not_the_temp_file(store, tmp_path, monkeypatch):
+    """`--out /proc/version` said `No such file or directory: '/proc/.version.18994….partial'`: a name the user never
+    gave, for a file that exists."""
+    import tempfile
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise FileNotFoundError(2, "No such file or directory", str(tmp_path / ".t.jsonl.1.x.partial"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(output_module.OutputError) as caught:
+        _export(store, "speculators", tmp_path / "t.jsonl")
+    assert f"no file can be made in {tmp_path} (No such file or directory)" in str(caught.value)
+    assert ".partial" not in str(caught.value)

@@ -337,3 +337,33 @@ def test_a_bare_reject_does_not_overturn_approvals_unless_status_says_so(db, cap
         "approved 0 of 6 selected samples (6 already approved)"
     )
     assert review(db, "--status", "approved", "--reject", "redo", capsys=capsys) == "rejected 6 of 6 selected samples"
+
+
+def test_a_review_whose_report_cannot_be_written_says_it_was_recorded_and_how_to_undo_it(db, tmp_path):
+    """`review --tag x > /dev/full` recorded the action and exited 1 with "No space left on device" alone: a script
+    took exit 1 for "nothing happened"."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "tokview", "review", "--db", str(db), "--tag", "zz"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert done.returncode == 1
+    with Store(db) as store:
+        [action] = store.actions()
+    assert f"the review was recorded as action #{action.action_id}" in done.stderr
+    assert f"--undo {action.action_id}` takes it back" in done.stderr
+
+
+def test_flags_that_do_not_apply_are_refused(db):
+    for argv, said in (
+        (["--reject", "bad", "--override"], "--override goes with --approve only"),
+        (["--tag", "t", "--override"], "--override goes with --approve only"),
+        (["--history", "--dry-run"], "--history takes no --dry-run"),
+    ):
+        with pytest.raises(UserError, match=said):
+            review(db, *argv)

@@ -201,3 +201,12 @@ def test_a_trajectory_row_id_is_read_every_way_it_may_be_meant() -> None:
     assert _trajectory_parses("task_gen0@run_gen1")[0] == ("task", 0, "run_gen1", 0)
     assert _trajectory_parses("session:x_gen0_from_turn2_2")[0] == ("session:x", 0, None, 2)
     assert ("a@b", 3, None, 0) in _trajectory_parses("a@b_gen3_split")  # a prompt id holding `@`
+
+
+def test_a_prompt_id_with_one_sample_shows_it(tmp_path, capsys, put, make_capture):
+    """A chain's only turn (`agent#turn0@…_gen0`) was refused for its bare prompt id: "a prompt id with 1 samples"."""
+    db = tmp_path / "one.duckdb"
+    with Store(db) as store:
+        sample_id = put(store, "agent-task", make_capture(question="one turn"), turn=0)
+    assert main(["show", "agent-task", "--db", str(db), "--count", "1"]) == 0
+    assert f"sample {sample_id}" in capsys.readouterr().out

@@ -238,3 +238,9 @@ def test_an_endless_input_is_refused_past_the_read_limit_not_read_until_memory_r
     err = capsys.readouterr().err
     assert err.startswith("tokview: error: ") and "holds more than 0 MiB" not in err and err.count("\n") == 1, err
     assert "tokenize reads one conversation" in err
+
+
+def test_no_thinking_without_a_chat_is_refused(capsys, tiktoken_dir):
+    """`tokenize --no-thinking hello` was taken and did nothing: the help says it goes with --chat."""
+    assert main(["tokenize", "--tokenizer", str(tiktoken_dir), "--no-thinking", "hello"]) == 1
+    assert "--thinking and --no-thinking go with --chat only" in capsys.readouterr().err

@@ -227,8 +227,11 @@ def run(args: argparse.Namespace) -> int:
 
     existing_store(args.db)
     who = _reviewer(args.reviewer)
+    if args.override and not args.approve:  # accepted and ignored beside --reject, --tag: the help says --approve
+        raise UserError("--override goes with --approve only (approving samples with error findings)")
     if args.history or args.undo is not None:  # an action is undone whole; `--undo last --run r1` undid every run's
         given = [flag for flag, value in _FILTERS.items() if getattr(args, value) not in (None, False, [])]
+        given += ["--dry-run"] if args.history and args.dry_run else []  # a listing writes nothing to try first
         if given:
             what = "--history" if args.history else "--undo"
             raise UserError(f"{what} takes no {', '.join(given)}: an action is listed and undone whole")
@@ -245,10 +248,22 @@ def run(args: argparse.Namespace) -> int:
         ids = bulk.select(store, filters, with_tags)
         _refuse_overturning(store, args, ids)
         outcome = apply(store, args, ids, who)
-    if args.json:
-        print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))
-    else:
-        print(printable_line(describe(outcome, args.dry_run)))
+    try:
+        if args.json:
+            print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))
+        else:
+            print(printable_line(describe(outcome, args.dry_run)))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # `review … | head`: quiet, as every command's closed pipe
+    except OSError as exc:  # a full disk, a closed stdout: the review is recorded all the same, and said so
+        action = getattr(outcome, "action_id", None)
+        if args.dry_run or action is None:
+            raise
+        raise UserError(
+            f"the review was recorded as action #{action}, but its report could not be written ({exc.strerror or exc})"
+            f": `tokview review --db {args.db} --undo {action}` takes it back"
+        ) from None
     if not ids:
         print("tokview: note: no sample matches these filters", file=sys.stderr)
     return 0

@@ -64,6 +64,8 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
     of_prompt = [
         r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY sample_id", [given])
     ]
+    if len(of_prompt) == 1:  # one sample holds the prompt id (a chain's only turn): it is the one meant
+        return store.load_sample(of_prompt[0])
     if of_prompt:  # a conversation's prompt id names its turns, none of them alone
         raise UserError(
             f"{given!r} is a prompt id with {len(of_prompt)} samples (turns, generations or runs): give one of "

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--thinking",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="--chat: render with thinking on (default) or off, as batch does",
     )
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"text", "ids", "pieces"}')
@@ -56,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     if not args.texts and args.chat is None:
         raise UserError("nothing to tokenize: give TEXT…, - to read lines from stdin, or --chat FILE.json")
+    if args.thinking is not None and args.chat is None:  # texts are encoded as they are: it changed nothing
+        raise UserError("--thinking and --no-thinking go with --chat only (a text is encoded as it is)")
     if args.profile:  # read only with --chat, but a profile that does not exist is a mistake either way
         from tokview.core.profiles import get_profile
 
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     for text in texts:
         _emit(args.json, text, tokenizer.encode(text), tokenizer)
     if points:
-        kwargs = _template_kwargs(tokenizer, args.profile, args.thinking)
+        kwargs = _template_kwargs(tokenizer, args.profile, args.thinking is not False)
         for label, messages, tools in points:
             # the row's tools as vLLM renders them (SGLang adds `"defer_loading": null` to each: core.served_tools)
             rendered = {**kwargs, "tools": tools} if tools else kwargs

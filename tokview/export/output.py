@@ -77,6 +77,14 @@ class Plan:
         return ([self.data] if self.data else []) + list(self.sidecars.values())
 
 
+def _mode_of(path: Path, default: int) -> int:
+    """The permission bits of the file at `path`, or `default` when there is none."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return default
+
+
 def _default_mode() -> int:
     """0o666 minus the umask: what `open(path, "w")` would give.
 
@@ -177,7 +185,7 @@ def plan_output(out: str | Path, example: str) -> Plan:
 def _stem(name: str) -> str:
     """Sidecars are named after the data file without its suffix (`train.jsonl` → `train.manifest.json`),
     except Parquet's, named after the full name (`train.parquet.manifest.json`)."""
-    if name.endswith(".parquet"):
+    if name.lower().endswith(".parquet"):  # `T.PARQUET` too: its format is read so, whatever the case
         return name
     suffix = Path(name).suffix
     return name[: -len(suffix)] if suffix else name
@@ -268,7 +276,10 @@ def make_temps(plan: Plan) -> None:
             )
         except OSError as exc:  # a folder that cannot be made or written to: the user's --out
             discard_temps(plan)
-            raise OutputError(f"cannot write {target.final}: {describe_error(exc)}") from None
+            said = exc.strerror or describe_error(exc)  # not the temp file's name, which the user never gave
+            raise OutputError(
+                f"cannot write {target.final}: no file can be made in {target.final.parent} ({said})"
+            ) from None
         os.close(fd)
         target.tmp = Path(name)
 
@@ -284,7 +295,9 @@ def commit(plan: Plan) -> None:
     mode = _default_mode()
     order = list(plan.sidecars.values()) + ([plan.data] if plan.data else [])
     for target in order:
-        os.chmod(target.temp, mode)  # mkstemp makes 0600; the files get the mode any new file would
+        # mkstemp makes 0600; a file replaced keeps its mode (a training file kept private stays so: it came out
+        # 0644), a new one gets the mode any new file would
+        os.chmod(target.temp, _mode_of(target.final, mode))
     for target in order:
         os.replace(target.temp, target.final)
         target.tmp = None

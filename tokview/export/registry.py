@@ -144,12 +144,22 @@ class ExportFormat:
                     f"--out {out} is named as an export's {side.suffix} file (what `tokview export` writes beside its "
                     "data): choose another name"
                 )
+        if suffix in COMPRESSED_SUFFIXES:  # `x.jsonl.gz` held plain text: `load_dataset` (by the name) failed on it
+            plain = Path(str(out)).with_suffix("")
+            raise ExportError(
+                f"--out {out} names a compressed file, but tokview writes {self.file.label} uncompressed: use {plain}"
+                f" and compress it afterwards (`gzip {plain}`)"
+            )
         for kind in FILE_KINDS:
             if kind is not self.file and suffix in kind.suffixes:
                 raise ExportError(
                     f"--format {self.name} writes {self.file.label}, but --out {out} names a {suffix} file: "
                     f"use {Path(str(out)).with_suffix('.' + self.file.suffix)} (or {kind.instead})"
                 )
+
+
+COMPRESSED_SUFFIXES = frozenset((".gz", ".gzip", ".zst", ".zstd", ".bz2", ".xz", ".lz4", ".zip"))
+"""Names of compressed files: an export written under one is plain text a reader decompresses and fails on."""
 
 
 FORMATS: dict[str, ExportFormat] = {

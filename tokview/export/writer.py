@@ -123,7 +123,7 @@ class ExportResult:
 def sidecar(out: Path, suffix: str) -> Path:
     """Where the export writes `<stem>.<suffix>` for data file `out` (Parquet keeps its full name)."""
     name = out.name
-    stem = name if name.endswith(".parquet") else (name[: -len(out.suffix)] if out.suffix else name)
+    stem = name if name.lower().endswith(".parquet") else (name[: -len(out.suffix)] if out.suffix else name)
     return out.with_name(f"{stem}.{suffix}")
 
 
