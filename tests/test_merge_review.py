@@ -324,3 +324,19 @@ def test_merging_again_a_review_undone_here_says_why_it_takes_nothing(tmp_path, 
     with Store(original) as store:
         store.record_verdict(sample_ids[4], "rejected", reason="dull", who="carol")
     assert "note: 3 samples already in" in merge(copy, original, capsys)  # not 4
+
+
+def test_merging_again_a_tag_review_undone_here_says_why_too(tmp_path, original, capsys):
+    """The count asked for a status of the copy's other than this store's: a review of tags alone, merged and undone
+    here, left both stores `pending`, so merging it again said `+0` and nothing else."""
+    sample_ids = ids(original)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        for sid in sample_ids[:2]:
+            store.add_note(sid, "", tags=["xx"], who="alice")
+    merge(copy, original, capsys)
+    with Store(original) as store:
+        assert store.undo_action(who="carol") is not None
+    said = merge(copy, original, capsys)
+    assert "note: 2 samples already in" in said and "undone here since" in said, said
