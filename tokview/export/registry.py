@@ -148,7 +148,7 @@ class ExportFormat:
             plain = Path(str(out)).with_suffix("")
             raise ExportError(
                 f"--out {out} names a compressed file, but tokview writes {self.file.label} uncompressed: use {plain}"
-                f" and compress it afterwards (`gzip {plain}`)"
+                f" and compress it afterwards (`{COMPRESSED_SUFFIXES[suffix]} {plain}`)"
             )
         for kind in FILE_KINDS:
             if kind is not self.file and suffix in kind.suffixes:
@@ -158,8 +158,18 @@ class ExportFormat:
                 )
 
 
-COMPRESSED_SUFFIXES = frozenset((".gz", ".gzip", ".zst", ".zstd", ".bz2", ".xz", ".lz4", ".zip"))
-"""Names of compressed files: an export written under one is plain text a reader decompresses and fails on."""
+COMPRESSED_SUFFIXES = {
+    ".gz": "gzip",
+    ".gzip": "gzip",
+    ".zst": "zstd",
+    ".zstd": "zstd",
+    ".bz2": "bzip2",
+    ".xz": "xz",
+    ".lz4": "lz4",
+    ".zip": "zip",
+}
+"""Names of compressed files (and the tool that makes one): an export written under one is plain text a reader
+decompresses and fails on."""
 
 
 FORMATS: dict[str, ExportFormat] = {
