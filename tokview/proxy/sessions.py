@@ -369,7 +369,7 @@ class SessionBook:
 
     def note_user_session(self, session_id: str) -> None:
         """Remember a `user:NAME` (or `user:NAME/N`) conversation as the user's: added here, restored, or only stored
-        (`restore_user_numbers`), so a new conversation of that user is never numbered as one that exists."""
+        (`restore_sessions`), so a new conversation of that user is never numbered as one that exists."""
         if not session_id.startswith("user:"):
             return
         self._user_numbers.setdefault(session_id, 1)  # a user's first conversation: a name may end in `/3` itself
