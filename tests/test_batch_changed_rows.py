@@ -132,3 +132,27 @@ def test_a_prompt_holding_the_servers_credentials_resumes_as_stored(vllm_sim, tm
         assert "[redacted]" in json.dumps(store.load_sample(sample_id).capture.messages)
         again = asyncio.run(run_batch(_config(url, path), store))
     assert (first.ok, again.resumed, again.bad_rows) == (1, 1, [])
+
+
+async def test_each_shard_says_the_changed_rows_of_its_own_store(vllm_sim, tmp_path):
+    """`--shard K/N` on a Slurm array, each into its own store: bad rows are said by shard 1 alone (each shard reads
+    the whole file), but a changed row is found only by the shard that stored it: said by that shard, once."""
+    rows = [{"id": f"r{i}", "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(12)]
+    path = _write(tmp_path / "p.jsonl", rows)
+    stores = {k: Store(tmp_path / f"s{k}.duckdb") for k in (1, 2)}
+    try:
+        for k, store in stores.items():
+            await run_batch(_config(vllm_sim.url, path, shard=(k, 2)), store)
+        owner = {
+            k: {store.load_sample(s).prompt_id for s in store.stored_ids_with("_gen")} for k, store in stores.items()
+        }
+        edited = next(i for i in range(12) if f"r{i}" in owner[2])
+        rows[edited] = {"id": f"r{edited}", "messages": [{"role": "user", "content": "another question"}]}
+        _write(path, rows)
+        again = {k: await run_batch(_config(vllm_sim.url, path, shard=(k, 2)), store) for k, store in stores.items()}
+    finally:
+        for store in stores.values():
+            store.close()
+    assert again[1].bad_rows == []
+    assert [b.split(":")[0] for b in again[2].bad_rows] == [f"line {edited + 1}"]
+    assert (again[1].ok, again[2].ok) == (0, 0)

@@ -31,6 +31,7 @@ import orjson
 
 from tokview.batch.chains import ChainItem
 from tokview.batch.inputs import (
+    CheckedRow,
     InputError,
     agent_mode_refusal,
     asked_digest,
@@ -91,6 +92,9 @@ class WorkList:
     stored_digests: dict[str, int] | None = None
     """`asked_digest` of the messages each stored single-turn prompt was asked with, by prompt id: its row
     in the file now, under the same id, may say something else (`changed_row`)."""
+    changed: list[str] = field(default_factory=list)
+    """The rows of this shard changed since they were stored (`changed_row`): bad rows every shard says (the others
+    only shard 1 says)."""
     file_state: tuple[int, int] | None = None
     chain_key: str | None = None
     """The settings key of a multi-turn row's turns regenerated as a chain (`--history served`: the key of
@@ -103,13 +107,14 @@ class WorkList:
     def input(self) -> int:
         return self.planned + self.duplicates + len(self.bad)
 
-    def changed_row(self, prompt_id: str, where: int, label: str) -> str:
+    def changed_row(self, checked: CheckedRow, label: str) -> str:
         """Why a single-turn row whose samples are stored is not resumed: its messages are not those they were
         asked with (`stored_digests`: the row was edited under its id, or an older tokview read it otherwise, a
         `system` beside its messages). A bad row, never taken as done: its stored samples answer the old text."""
+        where = checked.line
         return bad_message(
-            f"line {where}: changed since it was stored: the samples stored under its id {json.dumps(prompt_id)} were "
-            "asked with other messages (a changed row is never taken as done: give it a new id to ask it, or use "
+            f"line {where}: changed since it was stored: the samples stored under its id {json.dumps(checked.prompt_id)}"
+            " were asked with other messages (a changed row is never taken as done: give it a new id to ask it, or use "
             "another --db)",
             where,
             label,
@@ -292,14 +297,17 @@ def plan_work(
     work.stored = stored_ids(f"@{key}_gen")
     if chain_key is not None:
         work.stored = {*work.stored, *stored_ids(f"@{chain_key}_gen")}
-    if stored_prompts is not None and work.stored and path is not None:
-        work.stored_digests = _digests(stored_prompts(f"@{key}_gen0"))
+    if (
+        stored_prompts is not None and work.stored and path is not None
+    ):  # every generation's: a shard may hold gen1 alone
+        work.stored_digests = _digests(stored_prompts(f"@{key}_gen"))
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
     if path is not None and work.lines and not is_parquet(path):
         work.id_checks = _line_checks(path, work.lines)
     if config.shard is not None and config.shard[0] != 1:  # duplicate and bad rows are counted once, by shard 1
         work.duplicates, work.bad = 0, []
+    work.bad += work.changed
     return work
 
 
@@ -307,6 +315,8 @@ def _digests(stored: Iterable[tuple[str, str]]) -> dict[str, int]:
     """`asked_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
     out: dict[str, int] = {}
     for prompt_id, messages in stored:
+        if prompt_id in out:  # another generation of it: asked with the same messages
+            continue
         if MASK in messages:  # a credential in its text was masked as it was stored: nothing to compare it with
             continue
         try:
@@ -341,7 +351,7 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
                     if sample_head(checked.prompt_id, None) + tail in stored:
                         if asked_before.get(checked.prompt_id, checked.asked) != checked.asked:
-                            _bad_row(work, config, path, work.changed_row(checked.prompt_id, checked.line, label))
+                            _bad_row(work, config, path, work.changed_row(checked, label), changed=True)
                             continue
                         work.planned += 1
                         work.resumed += 1
@@ -352,18 +362,24 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                         checks.append(zlib.crc32(checked.prompt_id.encode()))
                 else:
                     asked = checked.asked  # None: no single-turn row, whose samples are not held against it
-                    if asked is not None and checked.first and asked_before.get(checked.prompt_id, asked) != asked:
-                        _bad_row(work, config, path, work.changed_row(checked.prompt_id, checked.line, label))
+                    if (
+                        asked is not None
+                        and checked.first
+                        and asked_before.get(checked.prompt_id, asked) != asked
+                        and next(work.sample_ids(checked.prompt_id, checked.turns), None) is not None  # this shard's
+                    ):
+                        _bad_row(work, config, path, work.changed_row(checked, label), changed=True)
                         continue
                     _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
 
 
-def _bad_row(work: WorkList, config: BatchConfig, path: Path, message: str) -> None:
-    """A row planning refuses (an agent trace outside chat mode, a row changed since it was stored): skipped, or with
-    `--on-bad-row stop` the end of the run before anything is asked, as a row the checks refuse is."""
+def _bad_row(work: WorkList, config: BatchConfig, path: Path, message: str, *, changed: bool = False) -> None:
+    """A row planning refuses (an agent trace outside chat mode, a row `changed` since it was stored: kept apart, as
+    every shard says its own): skipped, or with `--on-bad-row stop` the end of the run before anything is asked, as a
+    row the checks refuse is."""
     if config.on_bad_row == "stop":
         raise InputError(f"{located(path, message)} (use --on-bad-row skip to skip bad rows)")
-    work.bad.append(message)
+    (work.changed if changed else work.bad).append(message)
 
 
 def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:
