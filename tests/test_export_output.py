@@ -794,7 +794,10 @@ def test_a_compressed_out_name_is_refused_in_one_line(store, tmp_path, capsys):
     assert main(["export", "--db", db, "--out", str(tmp_path / "x.jsonl.gz")]) == 1
     err = capsys.readouterr().err.strip()
     assert "names a compressed file, but tokview writes JSONL uncompressed" in err and len(err.splitlines()) == 1
-    assert f"use {tmp_path / 'x.jsonl'}" in err
+    assert f"use {tmp_path / 'x.jsonl'} and compress it afterwards (`gzip" in err
+    assert main(["export", "--db", db, "--format", "parquet", "--out", str(tmp_path / "x.jsonl.zst")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"writes Parquet: use {tmp_path / 'x.parquet'} (Parquet compresses its columns itself)" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
 
 
@@ -803,9 +806,10 @@ def test_a_replaced_export_keeps_its_mode_and_an_upper_case_parquet_name_its_sid
     name a `T.jsonl` export's manifest takes, where the README names Parquet's sidecars after the full name."""
     out = tmp_path / "private.jsonl"
     out.write_text("old\n")
-    out.chmod(0o600)
+    out.chmod(0o4600)  # a setuid bit is no permission a data file keeps
     _export(store, "speculators", out)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_text() != "old\n"
+    assert stat.S_IMODE((tmp_path / "private.manifest.json").stat().st_mode) == 0o600  # new beside a private file
     _export(store, "parquet", tmp_path / "T.PARQUET")
     assert (tmp_path / "T.PARQUET.manifest.json").exists() and not (tmp_path / "T.manifest.json").exists()
 

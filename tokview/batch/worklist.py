@@ -21,7 +21,7 @@ import json
 import os
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,7 +274,7 @@ def plan_work(
     settings: dict[str, Any],
     stored_ids: Callable[[str], set[str]],
     rows: list[PromptRow] | None = None,
-    stored_prompts: Callable[[str], Iterable[tuple[str, str]]] | None = None,
+    stored_prompts: Callable[[str, Callable[[str, str], None]], None] | None = None,
 ) -> WorkList:
     """Plan a batch: `rows` given (the app's), else `config.prompts_path` streamed.
 
@@ -300,7 +300,8 @@ def plan_work(
     if (
         stored_prompts is not None and work.stored and path is not None
     ):  # every generation's: a shard may hold gen1 alone
-        work.stored_digests = _digests(stored_prompts(f"@{key}_gen"))
+        work.stored_digests = {}
+        stored_prompts(f"@{key}_gen", _digesting(work.stored_digests))
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
     if path is not None and work.lines and not is_parquet(path):
@@ -311,21 +312,25 @@ def plan_work(
     return work
 
 
-def _digests(stored: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """`asked_digest` of each stored prompt's messages (~1 µs a prompt), as a file row's is taken."""
-    out: dict[str, int] = {}
-    for prompt_id, messages in stored:
+def _digesting(out: dict[str, int]) -> Callable[[str, str], None]:
+    """What puts `asked_digest` of a stored prompt's messages (~1 µs a prompt) in `out`, as a file row's is taken."""
+
+    def digest(prompt_id: str, messages: str) -> None:
         if prompt_id in out:  # another generation of it: asked with the same messages
-            continue
+            return
         if MASK in messages:  # a credential in its text was masked as it was stored: nothing to compare it with
-            continue
+            return
         try:
             parsed = orjson.loads(messages)
-            if isinstance(parsed, list):  # else: not as tokview stores messages, nothing to hold the row against
+        except orjson.JSONDecodeError:  # unreadable as stored: the same
+            return
+        if isinstance(parsed, list):  # else: not as tokview stores messages, nothing to hold the row against
+            try:
                 out[prompt_id] = asked_digest(parsed)
-        except (orjson.JSONDecodeError, PromptError):  # unreadable as stored: the same
-            continue
-    return out
+            except PromptError:
+                return
+
+    return digest
 
 
 def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: list[PromptRow] | None) -> None:

@@ -78,9 +78,10 @@ class Plan:
 
 
 def _mode_of(path: Path, default: int) -> int:
-    """The permission bits of the file at `path`, or `default` when there is none."""
+    """The read/write/execute bits of the file at `path` (never its setuid, setgid or sticky bit: a data file is no
+    program), or `default` when there is none."""
     try:
-        return stat.S_IMODE(path.stat().st_mode)
+        return stat.S_IMODE(path.stat().st_mode) & 0o777
     except OSError:
         return default
 
@@ -294,10 +295,11 @@ def commit(plan: Plan) -> None:
     """Sidecars first, data last (see the module docstring for why this order)."""
     mode = _default_mode()
     order = list(plan.sidecars.values()) + ([plan.data] if plan.data else [])
+    data_mode = _mode_of(plan.data.final, mode) if plan.data else mode
     for target in order:
         # mkstemp makes 0600; a file replaced keeps its mode (a training file kept private stays so: it came out
-        # 0644), a new one gets the mode any new file would
-        os.chmod(target.temp, _mode_of(target.final, mode))
+        # 0644), a new sidecar takes the data file's, a new file the mode any new file would
+        os.chmod(target.temp, _mode_of(target.final, data_mode))
     for target in order:
         os.replace(target.temp, target.final)
         target.tmp = None

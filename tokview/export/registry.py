@@ -146,9 +146,16 @@ class ExportFormat:
                 )
         if suffix in COMPRESSED_SUFFIXES:  # `x.jsonl.gz` held plain text: `load_dataset` (by the name) failed on it
             plain = Path(str(out)).with_suffix("")
+            if plain.suffix.lower() not in self.file.suffixes:
+                plain = plain.with_suffix("." + self.file.suffix)
+            after = (
+                "(Parquet compresses its columns itself)"
+                if self.file is not JSONL
+                else f"and compress it afterwards (`{COMPRESSED_SUFFIXES[suffix]} {plain}`)"
+            )
+            how = " uncompressed" if self.file is JSONL else ""
             raise ExportError(
-                f"--out {out} names a compressed file, but tokview writes {self.file.label} uncompressed: use {plain}"
-                f" and compress it afterwards (`{COMPRESSED_SUFFIXES[suffix]} {plain}`)"
+                f"--out {out} names a compressed file, but tokview writes {self.file.label}{how}: use {plain} {after}"
             )
         for kind in FILE_KINDS:
             if kind is not self.file and suffix in kind.suffixes:

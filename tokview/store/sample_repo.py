@@ -7,7 +7,7 @@ here is what a command writes itself (`tokview audit`, imports, tests) and each 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,9 +203,10 @@ class SampleRepository:
         )
         return {r[0] for r in rows}
 
-    def stored_prompts_with(self, fragment: str) -> Iterator[tuple[str, str]]:
-        """(prompt id, messages JSON) of every stored single-turn sample whose id contains `fragment`, read a batch at
-        a time (a store of long prompts holds gigabytes of them: never all at once)."""
+    def stored_prompts_with(self, fragment: str, each: Callable[[str, str], None]) -> None:
+        """`each(prompt id, messages JSON)` for every stored single-turn sample whose id contains `fragment`, read a
+        batch at a time (a store of long prompts holds gigabytes of them: never all at once). A callback, not a
+        generator: one left suspended held the store's lock and shared connection (another query cut it short)."""
         with self.file.reading() as conn:
             cursor = conn.execute(
                 "SELECT prompt_id, messages FROM samples WHERE turn IS NULL AND messages IS NOT NULL"
@@ -213,7 +214,8 @@ class SampleRepository:
                 [fragment],
             )
             while rows := cursor.fetchmany(PROMPTS_BATCH):
-                yield from ((str(p), str(m)) for p, m in rows)
+                for prompt_id, messages in rows:
+                    each(str(prompt_id), str(messages))
 
     def stored_ids_with(self, fragment: str) -> set[str]:
         """Every stored sample id that contains `fragment`: one query returning one column."""

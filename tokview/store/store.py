@@ -328,9 +328,9 @@ class Store:
         """Every stored sample id holding `fragment` (`@SETTINGS_gen`): one query, not a join on a bound list."""
         return self._samples.stored_ids_with(fragment)
 
-    def stored_prompts_with(self, fragment: str) -> Iterator[tuple[str, str]]:
-        """(prompt id, stored messages) of the single-turn samples whose id holds `fragment`: a resume's check."""
-        return self._samples.stored_prompts_with(fragment)
+    def stored_prompts_with(self, fragment: str, each: Callable[[str, str], None]) -> None:
+        """`each(prompt id, stored messages)` of the single-turn samples whose id holds `fragment`: a resume's check."""
+        self._samples.stored_prompts_with(fragment, each)
 
     def load_sample(self, sample_id: str) -> StoredSample:
         return self._samples.load_sample(sample_id)
