@@ -91,9 +91,9 @@ class WorkList:
     stored: frozenset[str] | set[str] = frozenset()
     stored_digests: dict[str, int] | None = None
     """`asked_digest` of the messages each stored single-turn prompt was asked with, by prompt id: its row
-    in the file now, under the same id, may say something else (`changed_row`)."""
+    in the file now, under the same id, may say something else (`_changed_row`)."""
     changed: list[str] = field(default_factory=list)
-    """The rows of this shard changed since they were stored (`changed_row`): bad rows every shard says (the others
+    """The rows of this shard changed since they were stored (`_changed_row`): bad rows every shard says (the others
     only shard 1 says)."""
     file_state: tuple[int, int] | None = None
     chain_key: str | None = None
@@ -106,19 +106,6 @@ class WorkList:
     @property
     def input(self) -> int:
         return self.planned + self.duplicates + len(self.bad)
-
-    def changed_row(self, checked: CheckedRow, label: str) -> str:
-        """Why a single-turn row whose samples are stored is not resumed: its messages are not those they were
-        asked with (`stored_digests`: the row was edited under its id, or an older tokview read it otherwise, a
-        `system` beside its messages). A bad row, never taken as done: its stored samples answer the old text."""
-        where = checked.line
-        return bad_message(
-            f"line {where}: changed since it was stored: the samples stored under its id {json.dumps(checked.prompt_id)}"
-            " were asked with other messages (a changed row is never taken as done: give it a new id to ask it, or use "
-            "another --db)",
-            where,
-            label,
-        )
 
     def sample_ids(self, prompt_id: str, turns: list[int | None]) -> Iterator[tuple[int | None, int, str]]:
         """(turn, index, sample id) of a row's slots in this shard: `runner.plan`'s ids.
@@ -279,9 +266,9 @@ def plan_work(
     """Plan a batch: `rows` given (the app's), else `config.prompts_path` streamed.
 
     `stored_ids(fragment)` gives the stored sample ids that contain `fragment` (`@KEY_gen`, what
-    every id of these settings holds): the resume anti-join, as one set. `stored_prompts(fragment)`
-    (`Store.stored_prompts_with`) the messages the stored single-turn samples were asked with, held
-    against the file's rows (`WorkList.changed_row`)."""
+    every id of these settings holds): the resume anti-join, as one set. `stored_prompts(fragment, each)`
+    (`Store.stored_prompts_with`) hands `each` the messages the stored single-turn samples were asked
+    with, held against the file's rows (`_changed_row`)."""
     key = settings_key(settings)
     chain_key = settings_key(chain_settings(settings, config)) if config.history == "served" else None
     for turn in (None, 1):  # the one definition of a sample id stays core.record's
@@ -297,10 +284,8 @@ def plan_work(
     work.stored = stored_ids(f"@{key}_gen")
     if chain_key is not None:
         work.stored = {*work.stored, *stored_ids(f"@{chain_key}_gen")}
-    if (
-        stored_prompts is not None and work.stored and path is not None
-    ):  # every generation's: a shard may hold gen1 alone
-        work.stored_digests = {}
+    if stored_prompts is not None and work.stored and path is not None:
+        work.stored_digests = {}  # from every generation's messages: a shard may hold gen1 alone
         stored_prompts(f"@{key}_gen", _digesting(work.stored_digests))
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
@@ -320,15 +305,12 @@ def _digesting(out: dict[str, int]) -> Callable[[str, str], None]:
             return
         if MASK in messages:  # a credential in its text was masked as it was stored: nothing to compare it with
             return
-        try:
+        try:  # unreadable, or not a list as tokview stores messages: nothing to hold the row against
             parsed = orjson.loads(messages)
-        except orjson.JSONDecodeError:  # unreadable as stored: the same
-            return
-        if isinstance(parsed, list):  # else: not as tokview stores messages, nothing to hold the row against
-            try:
+            if isinstance(parsed, list):
                 out[prompt_id] = asked_digest(parsed)
-            except PromptError:
-                return
+        except (orjson.JSONDecodeError, PromptError):
+            return
 
     return digest
 
@@ -356,7 +338,7 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
                     if sample_head(checked.prompt_id, None) + tail in stored:
                         if asked_before.get(checked.prompt_id, checked.asked) != checked.asked:
-                            _bad_row(work, config, path, work.changed_row(checked, label), changed=True)
+                            _changed_row(work, config, path, checked, label)
                             continue
                         work.planned += 1
                         work.resumed += 1
@@ -373,9 +355,24 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                         and asked_before.get(checked.prompt_id, asked) != asked
                         and next(work.sample_ids(checked.prompt_id, checked.turns), None) is not None  # this shard's
                     ):
-                        _bad_row(work, config, path, work.changed_row(checked, label), changed=True)
+                        _changed_row(work, config, path, checked, label)
                         continue
                     _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
+
+
+def _changed_row(work: WorkList, config: BatchConfig, path: Path, checked: CheckedRow, label: str) -> None:
+    """A single-turn row whose samples are stored is not resumed when its messages are not those they were asked with
+    (`WorkList.stored_digests`: the row was edited under its id, or an older tokview read it otherwise, a `system`
+    beside its messages): a bad row, never taken as done, as its stored samples answer the old text."""
+    where = checked.line
+    message = bad_message(
+        f"line {where}: changed since it was stored: the samples stored under its id {json.dumps(checked.prompt_id)}"
+        " were asked with other messages (a changed row is never taken as done: give it a new id to ask it, or use "
+        "another --db)",
+        where,
+        label,
+    )
+    _bad_row(work, config, path, message, changed=True)
 
 
 def _bad_row(work: WorkList, config: BatchConfig, path: Path, message: str, *, changed: bool = False) -> None:

@@ -73,7 +73,7 @@ class Texts:
     """None when the output never entered reasoning (thinking off)."""
     content: str
     closed: bool = True
-    """False when the reasoning never ended (an answer cut at its max tokens inside it): no closer is written."""
+    """False when the reasoning never ended (cut at its max tokens inside it, or stopped there): no closer is written."""
 
 
 REASONING_KINDS = (seg.PREFILLED_OPENER, seg.OPENER, seg.REASONING, seg.CLOSER)
@@ -453,7 +453,7 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     texts = texts_from_ids(item.capture, profile, tokenizer)
     content = texts.content
     if texts.reasoning is not None:
-        # cut inside its reasoning: no closer the model never wrote (`truncated: true` says the row was cut)
+        # reasoning that never ended: no closer the model never wrote (`truncated: true` says a row was cut)
         closer = profile.think_close if texts.closed else ""
         content = f"{profile.think_open}{texts.reasoning}{closer}{content}"
     row = {**_row_id(item), "conversations": history + [{"role": "assistant", "content": prefill + content}]}

@@ -131,14 +131,13 @@ def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: Merg
 
 
 def undone_here(conn: duckdb.DuckDBPyConnection) -> int:
-    """Samples whose history here is the source's and then only undos, the source's status not theirs: the source's
-    review was merged (or copied from here) and undone since. Merging it again takes nothing (this store's history
-    already holds it), and a user pass found the merge silent on it: `+0`, every sample still pending. Counted, so the
-    merge says why; a review of tags or notes alone too (the status the same both sides: it was left out)."""
+    """Samples whose history here is the source's and then only undos: the source's review was merged (or copied from
+    here) and undone since. Merging it again takes nothing (this store's history already holds it), and a user pass
+    found the merge silent on it: `+0`, every sample still pending. Counted, so the merge says why; a review of tags or
+    notes alone too (it asked for a status of the source's other than this store's, and a tag leaves both pending)."""
     row = conn.execute(
-        "SELECT count(*) FROM _merge_hist h JOIN src.samples s USING (sample_id) JOIN main.samples m USING "
-        "(sample_id) WHERE h.sample_id IN (SELECT sample_id FROM _merge_same) AND h.sample_id NOT IN (SELECT "
-        "sample_id FROM _merge_take) AND len(main_ev) > len(src_ev) "
+        "SELECT count(*) FROM _merge_hist WHERE sample_id IN (SELECT sample_id FROM _merge_same) AND sample_id NOT IN "
+        "(SELECT sample_id FROM _merge_take) AND len(main_ev) > len(src_ev) "
         "AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev "
         "AND len(list_filter(main_ev[len(src_ev) + 1:], lambda e: e.k <> 'undo')) = 0"
     ).fetchone()
